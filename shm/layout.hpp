@@ -1,0 +1,177 @@
+// The shared-memory contract: fixed binary layouts of the two region files of
+// an allocation (`limits` and `usage`). Every process that maps them (shims in
+// containers, the daemon, the device plugin, cusharectl) agrees on these
+// offsets, so any change here bumps kLayoutVersion.
+//
+// Rules (ARCHITECTURE.md, "Shared-memory regions"):
+//  - only std::atomic fields that are always lock-free, in standard-layout
+//    structs at fixed offsets (checked below);
+//  - no process-shared mutex anywhere: a process killed at any instruction
+//    must not leave the region unusable;
+//  - the creator writes everything, then publishes `header.magic` last
+//    (release); readers check magic (acquire), version and size before use.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace cushare::shm {
+
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kMaxGpus = 16;
+inline constexpr std::uint32_t kMaxSlots = 1024;
+inline constexpr std::size_t kUuidBytes = 48;   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL
+inline constexpr std::size_t kAllocIdBytes = 64;
+
+// "CUSHLIMT" / "CUSHUSAG" in little-endian byte order.
+inline constexpr std::uint64_t kLimitsMagic = 0x544D494C48535543ULL;
+inline constexpr std::uint64_t kUsageMagic = 0x4741535548535543ULL;
+
+// A memory quota of kUnlimited means "no quota" and is only ever written
+// explicitly (CUSHARE_MEMORY_LIMIT unset); it is never the result of a
+// parsing failure.
+inline constexpr std::uint64_t kUnlimited = UINT64_MAX;
+
+// The uuid of a GpuLimits entry that applies to every GPU not listed by UUID
+// (standalone mode with a plain CUSHARE_MEMORY_LIMIT).
+inline constexpr char kAnyGpu[] = "*";
+
+enum class ComputeMode : std::uint32_t { kBurst = 0, kCapped = 1 };
+
+// Common header of both regions: 128 bytes.
+struct RegionHeader {
+  std::atomic<std::uint64_t> magic;  // published last, with release
+  std::uint32_t layout_version;
+  std::uint32_t header_size;         // sizeof(RegionHeader)
+  std::uint64_t total_size;          // sizeof(LimitsRegion) or sizeof(UsageRegion)
+  std::uint64_t created_unix_ns;     // CLOCK_REALTIME at creation
+  char alloc_id[kAllocIdBytes];      // NUL-terminated allocation id
+  std::uint32_t creator_pid;         // in the creator's PID namespace
+  std::uint32_t flags;               // RegionFlags
+  std::uint8_t reserved[24];
+};
+
+enum RegionFlags : std::uint32_t {
+  kCreatedStandalone = 1u << 0,  // the first shim created it from its environment
+  kCreatedByPlugin = 1u << 1,
+  kCreatedByDaemon = 1u << 2,
+};
+
+// ---------------------------------------------------------------- limits ---
+// Written by the daemon, the device plugin or (standalone) the first shim;
+// read-only inside the container. Quota fields may change live: writers
+// bracket updates with LimitsRegion::generation (seqlock, odd = writing).
+
+struct GpuLimits {  // 128 bytes
+  char uuid[kUuidBytes];  // immutable after creation; "" = unused entry
+  std::atomic<std::uint64_t> memory_limit_bytes;  // kUnlimited = none
+  std::atomic<std::uint32_t> compute_limit_pct;   // 1..100: hard cap in capped mode
+  std::atomic<std::uint32_t> weight;              // >= 1: fair-share weight
+  std::atomic<std::uint32_t> mode;                // ComputeMode
+  std::uint32_t reserved0;
+  // Lease words, written by the scheduler in the daemon only.
+  std::atomic<std::uint64_t> lease_expiry_ns;  // CLOCK_MONOTONIC; may submit while now < expiry
+  std::atomic<std::uint32_t> lease_futex;      // bumped on every grant and revoke; shims FUTEX_WAIT here
+  std::atomic<std::uint32_t> lease_holder;     // 1 while this allocation holds the GPU's lease
+  std::atomic<std::uint64_t> lease_grants;     // total grants (metrics)
+  std::atomic<std::uint64_t> granted_ns;       // total lease time granted (metrics)
+  std::uint8_t reserved[24];
+};
+
+struct LimitsRegion {
+  RegionHeader header;
+  std::atomic<std::uint64_t> generation;  // seqlock over the quota fields of gpus[]
+  std::atomic<std::uint32_t> gpu_count;   // entries in use, <= kMaxGpus
+  std::atomic<std::uint32_t> daemon_pid;  // host PID of the daemon that last ticked
+  std::atomic<std::uint64_t> daemon_heartbeat_ns;  // CLOCK_MONOTONIC of its last tick; 0 = never
+  std::atomic<std::uint64_t> quantum_ns;  // the daemon's lease quantum (for local fallback)
+  std::uint8_t reserved[96];
+  GpuLimits gpus[kMaxGpus];
+};
+
+// ----------------------------------------------------------------- usage ---
+// Written by the shims of the allocation's processes (read-write in the
+// container) and by the daemon (reclaim, overhead, host PIDs).
+
+struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
+  // Ledger total: tracked bytes plus charged overhead of every live slot.
+  std::atomic<std::uint64_t> used_bytes;
+  std::atomic<std::uint32_t> demand;    // threads currently waiting at the launch gate
+  std::atomic<std::uint32_t> doorbell;  // bumped when demand appears (daemon may FUTEX_WAIT)
+  std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission
+  std::atomic<std::uint64_t> drained_ns;      // all work submitted up to this time has completed
+  std::atomic<std::uint64_t> launches;
+  std::atomic<std::uint64_t> throttled_launches;
+  std::atomic<std::uint64_t> throttled_ns;    // time launches spent waiting at the gate
+  std::atomic<std::uint64_t> oom_refusals;
+  std::atomic<std::uint64_t> last_oom_request_bytes;
+  std::atomic<std::uint64_t> last_oom_unix_ns;
+  std::atomic<std::uint64_t> busy_ns;         // GPU time charged by the scheduler (metrics)
+  std::uint8_t reserved[40];
+};
+
+enum class SlotState : std::uint32_t {
+  kFree = 0,
+  kClaiming = 1,    // owner is filling identity fields
+  kActive = 2,
+  kReclaiming = 3,  // exactly one reclaimer returns the bytes, then frees it
+};
+
+struct ProcessSlot {  // 320 bytes
+  std::atomic<std::uint32_t> state;        // SlotState
+  std::atomic<std::uint32_t> pid;          // in the owner's PID namespace
+  std::atomic<std::uint64_t> pidns_inode;  // st_ino of /proc/self/ns/pid
+  std::atomic<std::uint64_t> start_time;   // /proc/self/stat field 22 (clock ticks after boot)
+  std::atomic<std::uint32_t> host_pid;     // written by the daemon; 0 = not yet mapped
+  std::atomic<std::uint32_t> reserved0;
+  std::atomic<std::uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC
+  std::atomic<std::uint64_t> bytes[kMaxGpus];     // tracked allocations
+  std::atomic<std::uint64_t> overhead[kMaxGpus];  // charged context/module overhead
+  std::uint8_t reserved[24];
+};
+
+struct UsageRegion {
+  RegionHeader header;
+  std::atomic<std::uint32_t> gpu_count;
+  std::uint32_t reserved0;
+  std::uint8_t reserved[120];
+  GpuUsage gpus[kMaxGpus];
+  ProcessSlot slots[kMaxSlots];
+};
+
+// ---------------------------------------------------------- layout checks ---
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<std::uint32_t>) == 4);
+
+static_assert(std::is_standard_layout_v<RegionHeader> && sizeof(RegionHeader) == 128);
+static_assert(std::is_standard_layout_v<GpuLimits> && sizeof(GpuLimits) == 128);
+static_assert(std::is_standard_layout_v<GpuUsage> && sizeof(GpuUsage) == 128);
+static_assert(std::is_standard_layout_v<ProcessSlot> && sizeof(ProcessSlot) == 320);
+static_assert(std::is_standard_layout_v<LimitsRegion>);
+static_assert(std::is_standard_layout_v<UsageRegion>);
+
+static_assert(offsetof(RegionHeader, magic) == 0);
+static_assert(offsetof(RegionHeader, layout_version) == 8);
+static_assert(offsetof(RegionHeader, total_size) == 16);
+static_assert(offsetof(RegionHeader, alloc_id) == 32);
+
+static_assert(offsetof(GpuLimits, memory_limit_bytes) == 48);
+static_assert(offsetof(GpuLimits, lease_expiry_ns) == 72);
+static_assert(offsetof(GpuLimits, lease_futex) % 4 == 0);
+
+static_assert(offsetof(LimitsRegion, generation) == 128);
+static_assert(offsetof(LimitsRegion, gpus) == 256);
+static_assert(sizeof(LimitsRegion) == 256 + kMaxGpus * sizeof(GpuLimits));
+
+static_assert(offsetof(UsageRegion, gpus) == 256);
+static_assert(offsetof(UsageRegion, slots) == 256 + kMaxGpus * sizeof(GpuUsage));
+static_assert(sizeof(UsageRegion) == 256 + kMaxGpus * sizeof(GpuUsage) + kMaxSlots * sizeof(ProcessSlot));
+
+static_assert(offsetof(ProcessSlot, bytes) == 40);
+static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
+
+}  // namespace cushare::shm

@@ -77,7 +77,11 @@ struct GpuLimits {  // 128 bytes
   std::atomic<std::uint32_t> lease_holder;     // 1 while this allocation holds the GPU's lease
   std::atomic<std::uint64_t> lease_grants;     // total grants (metrics)
   std::atomic<std::uint64_t> granted_ns;       // total lease time granted (metrics)
-  std::uint8_t reserved[24];
+  // Published by the daemon for cusharectl and metrics (read-only to tenants).
+  std::atomic<std::uint32_t> share_target_ppm;    // entitlement, parts per million of the GPU
+  std::atomic<std::uint32_t> share_achieved_ppm;  // achieved over the last 10 s
+  std::atomic<std::uint64_t> handoffs;            // leases handed to another allocation
+  std::uint8_t reserved[8];
 };
 
 struct LimitsRegion {

@@ -1,0 +1,326 @@
+#include "scheduler/lease_scheduler.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace cushare::sched {
+namespace {
+
+double weight_of(const TenantPolicy& p) {
+  return std::max<std::uint32_t>(p.weight, 1);
+}
+
+double cap_fraction(const TenantPolicy& p) {
+  return std::clamp<std::uint32_t>(p.limit_pct, 1, 100) / 100.0;
+}
+
+}  // namespace
+
+LeaseScheduler::LeaseScheduler(SchedulerConfig config) : config_(config) {
+  config_.quantum_ns = std::max<std::uint64_t>(config_.quantum_ns, 100'000);
+  config_.extend_margin_ns = std::min(config_.extend_margin_ns, config_.quantum_ns);
+}
+
+void LeaseScheduler::set_tenant(TenantId id, const TenantPolicy& policy, std::uint64_t now) {
+  auto [it, inserted] = tenants_.try_emplace(id);
+  Tenant& t = it->second;
+  if (inserted) {
+    // A newcomer starts level with the least-served tenant: it can neither
+    // bank credit from before it existed nor be starved by old debts.
+    double min_vtime = std::numeric_limits<double>::max();
+    for (const auto& [oid, o] : tenants_) {
+      if (oid != id && !o.removed) min_vtime = std::min(min_vtime, o.vtime);
+    }
+    t.vtime = min_vtime == std::numeric_limits<double>::max() ? 0 : min_vtime;
+    t.cap_clock = static_cast<double>(now);
+  }
+  t.policy = policy;
+  t.removed = false;
+}
+
+void LeaseScheduler::remove_tenant(TenantId id, std::uint64_t now) {
+  auto it = tenants_.find(id);
+  if (it == tenants_.end()) return;
+  attribute(now);
+  if (holder_ == id) end_lease(now);
+  // Its queued work died with it: stop charging it at once.
+  for (LeaseRecord& r : records_) {
+    if (r.tenant == id && r.end_ns != 0 && !r.drained_at_ns)
+      r.drained_at_ns = std::max(now, r.end_ns);
+  }
+  it->second.removed = true;
+  attribute(now);  // may erase it already
+  if (std::none_of(records_.begin(), records_.end(),
+                   [id](const LeaseRecord& r) { return r.tenant == id; })) {
+    tenants_.erase(id);
+  }
+}
+
+void LeaseScheduler::set_signals(TenantId id, const TenantSignals& signals) {
+  auto it = tenants_.find(id);
+  if (it != tenants_.end()) it->second.signals = signals;
+}
+
+void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now) {
+  if (!tenants_.contains(id) || holder_ || expiry_ns <= now) return;
+  holder_ = id;
+  expiry_ns_ = std::min(expiry_ns, now + config_.quantum_ns);
+  records_.push_back({.tenant = id, .start_ns = now});
+  cursor_ns_ = std::max(cursor_ns_, now);
+  Tenant& t = tenants_.at(id);
+  t.stats.grants++;
+  t.stats.granted_ns += expiry_ns_ - now;
+  last_holder_ = id;
+}
+
+void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
+  if (to <= from) return;
+  const std::uint64_t d = to - from;
+  t.stats.attributed_ns += d;
+  t.vtime += static_cast<double>(d) / weight_of(t.policy);
+  if (t.policy.mode == Mode::kCapped) {
+    t.cap_clock += static_cast<double>(d) / cap_fraction(t.policy);
+  }
+  if (!t.history.empty() && t.history.back().second == from) {
+    t.history.back().second = to;
+  } else {
+    t.history.emplace_back(from, to);
+  }
+}
+
+// Moves the attribution cursor forward through the lease records: each
+// record owns [max(cursor, start), end + overrun]; a record whose work is
+// still draining blocks the ones after it until its drain is observed.
+void LeaseScheduler::attribute(std::uint64_t now) {
+  while (!records_.empty()) {
+    LeaseRecord& r = records_.front();
+    auto it = tenants_.find(r.tenant);
+    Tenant* t = it == tenants_.end() ? nullptr : &it->second;
+    cursor_ns_ = std::max(cursor_ns_, r.start_ns);
+    if (r.end_ns == 0) {  // still held: attributed up to now
+      if (t) charge(*t, cursor_ns_, now);
+      cursor_ns_ = std::max(cursor_ns_, now);
+      return;
+    }
+    if (!r.drained_at_ns && t) {
+      const TenantSignals& s = t->signals;
+      if (s.drained_ns >= r.submit_mark_ns || s.last_submit_ns < r.start_ns) {
+        // drained_ns is the time the shim saw the queue empty (or a submit
+        // time before the lease ended): the overrun ends there.
+        r.drained_at_ns = std::clamp(s.drained_ns, r.end_ns, std::max(now, r.end_ns));
+      } else if (now >= r.end_ns + config_.drain_bound_ns) {
+        r.drained_at_ns = r.end_ns + config_.drain_bound_ns;
+      }
+    }
+    if (!t) r.drained_at_ns = r.drained_at_ns.value_or(r.end_ns);
+    if (!r.drained_at_ns) {
+      // Overrun still running: charge the lease itself, the overrun once
+      // its end is known (charging it as it goes would overcharge by the
+      // time it takes to observe the drain).
+      charge(*t, cursor_ns_, r.end_ns);
+      cursor_ns_ = std::max(cursor_ns_, r.end_ns);
+      return;
+    }
+    const std::uint64_t done = std::max(*r.drained_at_ns, r.end_ns);
+    if (t) charge(*t, cursor_ns_, done);
+    cursor_ns_ = std::max(cursor_ns_, done);
+    const TenantId finished = r.tenant;
+    records_.pop_front();
+    if (t && t->removed &&
+        std::none_of(records_.begin(), records_.end(),
+                     [finished](const LeaseRecord& x) { return x.tenant == finished; })) {
+      tenants_.erase(finished);
+    }
+  }
+}
+
+void LeaseScheduler::end_lease(std::uint64_t now) {
+  if (!holder_) return;
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    if (it->tenant == *holder_ && it->end_ns == 0) {
+      it->end_ns = std::max(now, it->start_ns);
+      it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
+      break;
+    }
+  }
+  last_holder_ = holder_;
+  holder_.reset();
+  expiry_ns_ = 0;
+}
+
+void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
+  Tenant& t = tenants_.at(id);
+  if (last_holder_ && *last_holder_ != id) {
+    auto prev = tenants_.find(*last_holder_);
+    if (prev != tenants_.end()) prev->second.stats.handoffs++;
+  }
+  if (t.policy.mode == Mode::kCapped) {
+    // No banking beyond cap_bank: time spent eligible while another tenant
+    // held the GPU is not lost, idle time is.
+    t.cap_clock =
+        std::max(t.cap_clock, static_cast<double>(now) - static_cast<double>(config_.cap_bank_ns));
+  }
+  holder_ = id;
+  expiry_ns_ = now + config_.quantum_ns;
+  records_.push_back({.tenant = id, .start_ns = now});
+  t.stats.grants++;
+  t.stats.granted_ns += config_.quantum_ns;
+}
+
+bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
+  const TenantSignals& s = t.signals;
+  if (s.waiting > 0 || s.drained_ns < s.last_submit_ns) return false;
+  const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
+  const std::uint64_t last_activity = std::max({s.last_submit_ns, s.drained_ns, lease_start});
+  return now >= last_activity + config_.idle_grace_ns;
+}
+
+// Whether the tenant would use the GPU if it held the lease now.
+bool LeaseScheduler::wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const {
+  if (t.removed) return false;
+  if (t.signals.waiting > 0) return true;
+  return holder_ == id && !holder_idle(t, now);
+}
+
+std::optional<TenantId> LeaseScheduler::choose(std::uint64_t now) {
+  std::optional<TenantId> best;
+  double best_vtime = 0;
+  for (const auto& [id, t] : tenants_) {
+    if (!wants_gpu(id, t, now)) continue;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
+    const double v = t.vtime;
+    // Ties keep the current holder (no hand-off), then the lowest id.
+    if (!best || v < best_vtime || (v == best_vtime && holder_ == id)) {
+      best = id;
+      best_vtime = v;
+    }
+  }
+  return best;
+}
+
+bool LeaseScheduler::still_first_at_expiry(std::uint64_t now) const {
+  const Tenant& h = tenants_.at(*holder_);
+  if (h.policy.mode == Mode::kCapped && h.cap_clock > static_cast<double>(now)) return false;
+  const double holder_at_expiry =
+      h.vtime + static_cast<double>(expiry_ns_ - now) / weight_of(h.policy);
+  for (const auto& [id, t] : tenants_) {
+    if (id == *holder_ || !wants_gpu(id, t, now)) continue;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(expiry_ns_)) continue;
+    if (t.vtime < holder_at_expiry) return false;
+  }
+  return true;
+}
+
+LeaseDecision LeaseScheduler::step(std::uint64_t now) {
+  LeaseDecision d;
+  if (first_step_ns_ == 0) first_step_ns_ = now;
+  // Compared with what the last step published, so leases ended between
+  // steps (remove_tenant) are reported as revoked too.
+  const std::optional<TenantId> before = published_holder_;
+  const std::uint64_t expiry_before = published_expiry_ns_;
+
+  // Tenants returning from idle catch up with the least-served busy one, so
+  // idling never banks credit.
+  double min_busy = std::numeric_limits<double>::max();
+  for (const auto& [id, t] : tenants_) {
+    if (t.was_candidate && !t.removed) min_busy = std::min(min_busy, t.vtime);
+  }
+  for (auto& [id, t] : tenants_) {
+    const bool wants = wants_gpu(id, t, now);
+    if (wants) {
+      if (!t.was_candidate && min_busy != std::numeric_limits<double>::max()) {
+        t.vtime = std::max(t.vtime, min_busy);
+      }
+      t.last_demand_ns = now;
+    }
+    t.was_candidate = wants;
+  }
+
+  attribute(now);
+
+  if (holder_) {
+    Tenant& h = tenants_.at(*holder_);
+    if (h.removed || holder_idle(h, now) || now >= expiry_ns_) {
+      end_lease(now);
+    } else if (expiry_ns_ <= now + config_.extend_margin_ns) {
+      // Would the holder still be the least-served at its expiry? Then
+      // extend in place: a lone tenant keeps the GPU without any hand-off.
+      if (still_first_at_expiry(now)) {
+        const std::uint64_t extended = now + config_.quantum_ns;
+        h.stats.granted_ns += extended - expiry_ns_;
+        expiry_ns_ = extended;
+      } else {
+        // Let it run to its expiry; the next step after it hands over.
+      }
+    }
+  }
+  if (!holder_) {
+    if (auto next = choose(now)) grant(*next, now);
+  }
+
+  refresh_shares(now);
+
+  d.holder = holder_;
+  d.expiry_ns = expiry_ns_;
+  d.changed = holder_ != before || expiry_ns_ != expiry_before;
+  if (before && before != holder_) d.revoked = before;
+  d.next_step_ns = next_deadline(now);
+  published_holder_ = holder_;
+  published_expiry_ns_ = expiry_ns_;
+  return d;
+}
+
+std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
+  std::uint64_t next = now + config_.quantum_ns;
+  if (holder_) {
+    next = std::min(next, expiry_ns_ > config_.extend_margin_ns
+                              ? std::max(now, expiry_ns_ - config_.extend_margin_ns)
+                              : now);
+    next = std::min(next, std::max(now, expiry_ns_));
+  }
+  for (const auto& [id, t] : tenants_) {
+    if (t.policy.mode == Mode::kCapped && t.signals.waiting > 0 &&
+        t.cap_clock > static_cast<double>(now)) {
+      next = std::min(next, static_cast<std::uint64_t>(t.cap_clock) + 1);
+    }
+  }
+  return std::max(next, now);
+}
+
+void LeaseScheduler::refresh_shares(std::uint64_t now) {
+  if (now < last_share_refresh_ns_ + config_.quantum_ns && last_share_refresh_ns_ != 0) return;
+  last_share_refresh_ns_ = now;
+  std::vector<TenantId> active;
+  std::vector<TenantPolicy> policies;
+  for (auto& [id, t] : tenants_) {
+    t.stats.holder = holder_ == id;
+    if (!t.removed && t.last_demand_ns != 0 && now < t.last_demand_ns + config_.active_window_ns) {
+      active.push_back(id);
+      policies.push_back(t.policy);
+    } else {
+      t.stats.target_ppm = 0;
+    }
+    // Achieved: attributed time inside the window, partial intervals clipped.
+    const std::uint64_t window_start = std::max(
+        first_step_ns_, now > config_.achieved_window_ns ? now - config_.achieved_window_ns : 0);
+    while (!t.history.empty() && t.history.front().second <= window_start) t.history.pop_front();
+    std::uint64_t in_window = 0;
+    for (const auto& [a, b] : t.history) in_window += std::min(b, now) - std::max(a, window_start);
+    const std::uint64_t span = std::max<std::uint64_t>(now - window_start, 1);
+    t.stats.achieved_ppm = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(in_window * 1'000'000 / span, 1'000'000));
+  }
+  const auto targets = entitlements_ppm(policies);
+  for (std::size_t i = 0; i < active.size(); ++i)
+    tenants_.at(active[i]).stats.target_ppm = targets[i];
+}
+
+TenantStats LeaseScheduler::stats(TenantId id) const {
+  auto it = tenants_.find(id);
+  if (it == tenants_.end()) return {};
+  TenantStats s = it->second.stats;
+  s.holder = holder_ == id;
+  return s;
+}
+
+}  // namespace cushare::sched

@@ -1,0 +1,145 @@
+// The lease scheduler of one GPU: pure policy, no I/O, clock injected through
+// every call. The daemon feeds it the tenants' signals (demand, drain marks)
+// read from the usage regions and publishes the lease it returns into the
+// limits regions (docs/scheduler.md).
+//
+// Model: one allocation at a time holds an exclusive lease and may submit
+// work until the lease expires. GPU time is attributed without overlap: the
+// holder owns the time from its grant (or from the moment the previous
+// holder's queued work drained, whichever is later) until its lease ended
+// and its own queued work drained (overrun). Attributed time drives
+//  - weighted fair queueing: next holder = least virtual time
+//    (attributed time / weight) among tenants with demand;
+//  - the cap of `capped` tenants, enforced as a rate without banking: each
+//    attributed ns advances the tenant's cap clock by 1/limit ns and it may
+//    only be granted while its cap clock is not ahead of now, so in any
+//    interval T it is charged at most limit x T plus one quantum.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "scheduler/entitlement.hpp"
+
+namespace cushare::sched {
+
+using TenantId = std::uint32_t;
+
+struct SchedulerConfig {
+  std::uint64_t quantum_ns = 10'000'000;
+  // A holder with no waiting thread, nothing in flight and no submission for
+  // this long gives the lease back early (work-conserving).
+  std::uint64_t idle_grace_ns = 2'000'000;
+  // Work of a former holder still running this long after its lease ended is
+  // no longer charged to it (hung kernel, lost drain marks).
+  std::uint64_t drain_bound_ns = 100'000'000;
+  // A lease is extended in place when this little of it is left and the
+  // holder would be chosen again.
+  std::uint64_t extend_margin_ns = 5'000'000;
+  // How far a capped tenant's cap clock may lag behind now: time it spent
+  // eligible but waiting for another holder's lease is made up for, up to
+  // this much; idle time beyond it is not banked. Bound: in any interval T a
+  // capped tenant is charged at most limit x (T + cap_bank) + one quantum.
+  std::uint64_t cap_bank_ns = 30'000'000;
+  // Window of the achieved-share figure.
+  std::uint64_t achieved_window_ns = 10'000'000'000;
+  // A tenant counts as active for the entitlement if it had demand this recently.
+  std::uint64_t active_window_ns = 1'000'000'000;
+};
+
+// What the daemon reads from a tenant's usage region on every step.
+struct TenantSignals {
+  std::uint32_t waiting = 0;         // threads blocked at the launch gate
+  std::uint64_t last_submit_ns = 0;  // CLOCK_MONOTONIC of its last submission
+  std::uint64_t drained_ns = 0;      // all work submitted up to here completed
+};
+
+struct TenantStats {
+  std::uint64_t attributed_ns = 0;  // GPU time charged so far
+  std::uint64_t grants = 0;
+  std::uint64_t granted_ns = 0;    // total lease time granted (incl. extensions)
+  std::uint64_t handoffs = 0;      // leases this tenant handed to another one
+  std::uint32_t target_ppm = 0;    // entitlement among the active tenants
+  std::uint32_t achieved_ppm = 0;  // attributed share of the last achieved window
+  bool holder = false;
+};
+
+// The lease to publish after a step.
+struct LeaseDecision {
+  std::optional<TenantId> holder;
+  std::uint64_t expiry_ns = 0;      // holder may submit while now < expiry
+  std::optional<TenantId> revoked;  // former holder whose lease words must be cleared
+  bool changed = false;             // holder or expiry changed: publish and wake
+  std::uint64_t next_step_ns = 0;   // call step() again no later than this
+};
+
+class LeaseScheduler {
+ public:
+  explicit LeaseScheduler(SchedulerConfig config = {});
+
+  // Adds a tenant or changes its policy (live limit changes).
+  void set_tenant(TenantId id, const TenantPolicy& policy, std::uint64_t now);
+  // The tenant is gone (all its processes died, its folder vanished): its
+  // lease ends now and its queued work is not charged any further.
+  void remove_tenant(TenantId id, std::uint64_t now);
+  bool has_tenant(TenantId id) const { return tenants_.contains(id); }
+  void set_signals(TenantId id, const TenantSignals& signals);
+
+  // Continues a lease found in the regions at start-up (daemon restart).
+  void adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now);
+
+  LeaseDecision step(std::uint64_t now);
+
+  TenantStats stats(TenantId id) const;
+  std::optional<TenantId> holder() const { return holder_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  struct Tenant {
+    TenantPolicy policy;
+    TenantSignals signals;
+    double vtime = 0;      // attributed ns / weight
+    double cap_clock = 0;  // capped only: earliest time of the next grant
+    std::uint64_t last_demand_ns = 0;
+    bool was_candidate = false;
+    bool removed = false;
+    TenantStats stats;
+    std::deque<std::pair<std::uint64_t, std::uint64_t>> history;  // attributed intervals
+  };
+  // One lease, kept until the GPU time it covers is fully attributed.
+  struct LeaseRecord {
+    TenantId tenant;
+    std::uint64_t start_ns;
+    std::uint64_t end_ns = 0;                    // 0 while held
+    std::uint64_t submit_mark_ns = 0;            // tenant's last submission when the lease ended
+    std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
+  };
+
+  void attribute(std::uint64_t now);
+  void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
+  void end_lease(std::uint64_t now);
+  void grant(TenantId id, std::uint64_t now);
+  bool holder_idle(const Tenant& t, std::uint64_t now) const;
+  bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;
+  std::optional<TenantId> choose(std::uint64_t now);
+  bool still_first_at_expiry(std::uint64_t now) const;
+  void refresh_shares(std::uint64_t now);
+  std::uint64_t next_deadline(std::uint64_t now) const;
+
+  SchedulerConfig config_;
+  std::map<TenantId, Tenant> tenants_;
+  std::deque<LeaseRecord> records_;
+  std::uint64_t cursor_ns_ = 0;  // GPU time before this is attributed
+  std::optional<TenantId> holder_;
+  std::uint64_t expiry_ns_ = 0;
+  std::optional<TenantId> last_holder_;
+  std::uint64_t last_share_refresh_ns_ = 0;
+  std::uint64_t first_step_ns_ = 0;
+  std::optional<TenantId> published_holder_;
+  std::uint64_t published_expiry_ns_ = 0;
+};
+
+}  // namespace cushare::sched

@@ -1,0 +1,313 @@
+// Deterministic tests of the lease policy: a small simulated GPU drives the
+// scheduler with an injected clock. The simulated GPU runs one tenant's work
+// at a time in submission order, like the real one between contexts: a
+// tenant submits continuously while it holds the lease, and its queued work
+// takes `overrun` to drain after it stops; the next holder's work queues
+// behind it. Ground truth is the time each tenant's work occupied the GPU.
+#include "scheduler/lease_scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace cushare::sched {
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kUs = 1'000;
+constexpr std::uint64_t kT0 = 1'000'000 * kMs;  // arbitrary monotonic start
+
+struct SimTenant {
+  bool busy = true;              // wants the GPU all the time
+  std::uint64_t overrun_ns = 0;  // queued work running past the lease end
+  bool stalled = false;          // holds in-flight work that never finishes
+  TenantSignals signals;
+  std::uint64_t gpu_ns = 0;  // ground truth
+};
+
+class Sim {
+ public:
+  explicit Sim(SchedulerConfig cfg = {}) : sched(cfg) {}
+
+  void add(TenantId id, TenantPolicy policy, SimTenant t = {}) {
+    tenants[id] = t;
+    sched.set_tenant(id, policy, now);
+  }
+
+  // Advances the simulation by `duration`, stepping the scheduler every `dt`.
+  void run(std::uint64_t duration, std::uint64_t dt = 100 * kUs) {
+    const std::uint64_t end = now + duration;
+    while (now < end) {
+      for (auto& [id, t] : tenants) {
+        const bool holds = sched.holder() == id && now < lease_expiry;
+        TenantSignals& s = t.signals;
+        if (holds && t.busy) {
+          s.waiting = 0;
+          s.last_submit_ns = now;
+        } else {
+          s.waiting = t.busy ? 1 : 0;
+        }
+        // The shim publishes the time it saw everything submitted complete.
+        if (!t.stalled && s.last_submit_ns > s.drained_ns &&
+            now >= s.last_submit_ns + t.overrun_ns && !(holds && t.busy)) {
+          s.drained_ns = s.last_submit_ns + t.overrun_ns;
+        }
+        sched.set_signals(id, s);
+      }
+      const LeaseDecision d = sched.step(now);
+      if (d.changed) {
+        lease_expiry = d.expiry_ns;
+        if (d.holder && d.revoked) handovers++;
+      }
+      if (d.holder != last_holder_seen) {
+        grants_seen++;
+        last_holder_seen = d.holder;
+      }
+      // Ground truth: the GPU runs a drain first, then the holder.
+      if (draining && now < drain_until) {
+        tenants[*draining].gpu_ns += dt;
+      } else {
+        draining.reset();
+        if (d.holder && now < lease_expiry && tenants[*d.holder].busy) {
+          tenants[*d.holder].gpu_ns += dt;
+          current_runner = d.holder;
+        } else if (current_runner) {
+          current_runner.reset();
+        }
+      }
+      if (d.revoked && tenants[*d.revoked].overrun_ns > 0) {
+        draining = d.revoked;
+        drain_until = now + tenants[*d.revoked].overrun_ns;
+      }
+      now += dt;
+    }
+  }
+
+  double share(TenantId id, std::uint64_t since_gpu_ns, std::uint64_t window) const {
+    return 100.0 * static_cast<double>(tenants.at(id).gpu_ns - since_gpu_ns) /
+           static_cast<double>(window);
+  }
+
+  LeaseScheduler sched;
+  std::map<TenantId, SimTenant> tenants;
+  std::uint64_t now = kT0;
+  std::uint64_t lease_expiry = 0;
+  std::optional<TenantId> last_holder_seen;
+  std::optional<TenantId> current_runner;
+  std::optional<TenantId> draining;
+  std::uint64_t drain_until = 0;
+  int handovers = 0;
+  int grants_seen = 0;
+};
+
+TenantPolicy burst(std::uint32_t w) {
+  return {.weight = w, .limit_pct = 100, .mode = Mode::kBurst};
+}
+TenantPolicy capped(std::uint32_t pct) {
+  return {.weight = pct, .limit_pct = pct, .mode = Mode::kCapped};
+}
+
+// Measures shares over `window` after a warm-up.
+std::map<TenantId, double> measure(Sim& sim, std::uint64_t warmup, std::uint64_t window) {
+  sim.run(warmup);
+  std::map<TenantId, std::uint64_t> before;
+  for (auto& [id, t] : sim.tenants) before[id] = t.gpu_ns;
+  sim.run(window);
+  std::map<TenantId, double> out;
+  for (auto& [id, t] : sim.tenants) out[id] = sim.share(id, before[id], window);
+  return out;
+}
+
+TEST(LeaseScheduler, LoneBurstTenantKeepsOneLeaseExtendedInPlace) {
+  Sim sim;
+  sim.add(1, burst(30));
+  auto s = measure(sim, 50 * kMs, 1000 * kMs);
+  EXPECT_GE(s[1], 99.5);
+  const TenantStats st = sim.sched.stats(1);
+  EXPECT_EQ(st.grants, 1u) << "a lone tenant must never lose and regain its lease";
+  EXPECT_EQ(st.handoffs, 0u);
+  EXPECT_EQ(st.target_ppm, 1'000'000u);
+}
+
+TEST(LeaseScheduler, LoneCappedTenantGetsExactlyItsLimit) {
+  Sim sim;
+  sim.add(1, capped(30));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 30.0, 0.5);
+  EXPECT_EQ(sim.sched.stats(1).target_ppm, 300'000u);
+  EXPECT_NEAR(sim.sched.stats(1).achieved_ppm, 300'000, 10'000);
+}
+
+TEST(LeaseScheduler, CappedTenantNeverExceedsLimitInAnyWindow) {
+  Sim sim;
+  sim.add(1, capped(20));
+  // Sample 100 ms windows: at most limit x (window + bank) plus one quantum.
+  const auto& cfg = sim.sched.config();
+  for (int i = 0; i < 20; ++i) {
+    const std::uint64_t before = sim.tenants[1].gpu_ns;
+    sim.run(100 * kMs);
+    EXPECT_LE(sim.tenants[1].gpu_ns - before, (100 * kMs + cfg.cap_bank_ns) / 5 + cfg.quantum_ns)
+        << "window " << i;
+  }
+}
+
+TEST(LeaseScheduler, BurstTenantsShareByWeight) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(3));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 25.0, 1.0);
+  EXPECT_NEAR(s[2], 75.0, 1.0);
+  EXPECT_EQ(sim.sched.stats(1).target_ppm, 250'000u);
+}
+
+TEST(LeaseScheduler, TwoCappedTenantsGetTheirCapsAndTheGpuIdlesOtherwise) {
+  Sim sim;
+  sim.add(1, capped(30));
+  sim.add(2, capped(50));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 30.0, 1.0);
+  EXPECT_NEAR(s[2], 50.0, 1.0);
+}
+
+TEST(LeaseScheduler, FourEqualBurstTenantsSplitEvenly) {
+  Sim sim;
+  for (TenantId id = 1; id <= 4; ++id) sim.add(id, burst(25));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  double total = 0;
+  for (TenantId id = 1; id <= 4; ++id) {
+    EXPECT_NEAR(s[id], 25.0, 1.0) << id;
+    total += s[id];
+  }
+  EXPECT_GE(total, 99.0);
+}
+
+TEST(LeaseScheduler, BurstTenantTakesWhatACappedOneLeaves) {
+  Sim sim;
+  sim.add(1, capped(30));
+  sim.add(2, burst(30));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 30.0, 1.0);
+  EXPECT_NEAR(s[2], 70.0, 1.0);
+}
+
+TEST(LeaseScheduler, OverrunIsChargedToTheHolder) {
+  // Tenant 1's queued work runs 4 ms past every lease end; without charging
+  // it, tenant 1 would get ~(10+4)/(10+10) of the GPU.
+  Sim sim;
+  sim.add(1, burst(1), {.overrun_ns = 4 * kMs});
+  sim.add(2, burst(1));
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 50.0, 1.5);
+  EXPECT_NEAR(s[2], 50.0, 1.5);
+  EXPECT_NEAR(sim.sched.stats(1).attributed_ns, sim.tenants[1].gpu_ns, 5 * kMs);
+}
+
+TEST(LeaseScheduler, IdleHolderReleasesEarly) {
+  SchedulerConfig cfg;
+  Sim sim(cfg);
+  sim.add(1, burst(1));
+  sim.add(2, burst(1), {.busy = false});
+  sim.run(3 * kMs);
+  ASSERT_EQ(sim.sched.holder(), 1u);
+  sim.tenants[1].busy = false;  // stops submitting; nothing in flight
+  sim.tenants[2].busy = true;
+  const std::uint64_t t = sim.now;
+  sim.run(cfg.idle_grace_ns + kMs);
+  EXPECT_EQ(sim.sched.holder(), 2u) << "lease should move before tenant 1's quantum ended";
+  EXPECT_LT(sim.now - t, cfg.quantum_ns / 2);
+  // With nobody waiting an idle holder gives the lease back too.
+  sim.tenants[2].busy = false;
+  sim.run(cfg.idle_grace_ns + kMs);
+  EXPECT_FALSE(sim.sched.holder().has_value());
+}
+
+TEST(LeaseScheduler, DeadHolderLosesTheLeaseAtOnce) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(1));
+  sim.run(2 * kMs);
+  const TenantId holder = *sim.sched.holder();
+  const TenantId other = holder == 1 ? 2 : 1;
+  sim.sched.remove_tenant(holder, sim.now);
+  sim.tenants.erase(holder);
+  const LeaseDecision d = sim.sched.step(sim.now);
+  ASSERT_TRUE(d.holder.has_value());
+  EXPECT_EQ(*d.holder, other);
+  EXPECT_EQ(d.revoked, holder);
+  EXPECT_FALSE(sim.sched.has_tenant(holder));
+}
+
+TEST(LeaseScheduler, StalledHolderLosesTheLeaseAndItsChargeIsBounded) {
+  SchedulerConfig cfg;
+  cfg.drain_bound_ns = 30 * kMs;
+  Sim sim(cfg);
+  sim.add(1, burst(1));
+  sim.run(2 * kMs);
+  ASSERT_EQ(sim.sched.holder(), 1u);
+  // Submits no more, but its last work never completes (hung kernel).
+  sim.tenants[1].busy = false;
+  sim.tenants[1].stalled = true;
+  sim.add(2, burst(1));
+  sim.run(cfg.quantum_ns + kMs);
+  EXPECT_EQ(sim.sched.holder(), 2u) << "a stalled holder is not extended";
+  sim.run(200 * kMs);
+  // Tenant 1: its lease plus at most the drain bound.
+  EXPECT_LE(sim.sched.stats(1).attributed_ns, cfg.quantum_ns + cfg.drain_bound_ns + kMs);
+  EXPECT_GE(sim.sched.stats(2).attributed_ns, 150 * kMs);
+}
+
+TEST(LeaseScheduler, NewcomerCannotClaimTimeFromBeforeItArrived) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.run(1000 * kMs);
+  sim.add(2, burst(1));
+  auto s = measure(sim, 30 * kMs, 200 * kMs);
+  EXPECT_NEAR(s[1], 50.0, 6.0);
+  EXPECT_NEAR(s[2], 50.0, 6.0);
+}
+
+TEST(LeaseScheduler, ReturningFromIdleDoesNotBankCredit) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(1), {.busy = false});
+  sim.run(500 * kMs);
+  sim.tenants[2].busy = true;
+  auto s = measure(sim, 30 * kMs, 200 * kMs);
+  EXPECT_NEAR(s[1], 50.0, 6.0);
+  EXPECT_NEAR(s[2], 50.0, 6.0);
+}
+
+TEST(LeaseScheduler, AdoptedLeaseContinuesAfterRestart) {
+  LeaseScheduler s;
+  s.set_tenant(7, burst(1), kT0);
+  s.set_signals(7, {.waiting = 0, .last_submit_ns = kT0, .drained_ns = 0});
+  s.adopt_lease(7, kT0 + 4 * kMs, kT0);
+  const LeaseDecision d = s.step(kT0 + kUs);
+  ASSERT_EQ(d.holder, 7u);
+  EXPECT_GE(d.expiry_ns, kT0 + 4 * kMs);
+  EXPECT_FALSE(d.revoked.has_value());
+}
+
+TEST(LeaseScheduler, HandoffsAreCounted) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(1));
+  sim.run(200 * kMs);
+  // ~10 ms each, alternating.
+  EXPECT_NEAR(static_cast<double>(sim.sched.stats(1).handoffs), 10.0, 2.0);
+  EXPECT_NEAR(static_cast<double>(sim.sched.stats(2).handoffs), 10.0, 2.0);
+}
+
+TEST(LeaseScheduler, StepReportsTheNextDeadline) {
+  LeaseScheduler s;
+  s.set_tenant(1, capped(10), kT0);
+  s.set_signals(1, {.waiting = 1});
+  LeaseDecision d = s.step(kT0);
+  ASSERT_EQ(d.holder, 1u);
+  EXPECT_LE(d.next_step_ns, d.expiry_ns);
+  EXPECT_GT(d.next_step_ns, kT0);
+}
+
+}  // namespace
+}  // namespace cushare::sched

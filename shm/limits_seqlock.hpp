@@ -1,0 +1,123 @@
+// Consistent reads and live updates of the per-GPU quota fields of the
+// `limits` region, through the seqlock on LimitsRegion::generation
+// (odd = a writer is between its two increments).
+//
+// Readers (shims, every cuMemAlloc) never block a writer and never take a
+// lock: they retry while the generation is odd or changed under them. A
+// writer that died mid-update leaves the generation odd; readers then give up
+// after a bounded number of spins and return the current field values with
+// consistent = false (each field is atomic, so a value is never garbage, only
+// possibly mixed old/new across fields), and the next writer takes over.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "shm/layout.hpp"
+
+namespace cushare::shm {
+
+struct GpuLimitsSnapshot {
+  std::uint64_t memory_limit_bytes = kUnlimited;
+  std::uint32_t compute_limit_pct = 100;
+  std::uint32_t weight = 100;
+  ComputeMode mode = ComputeMode::kBurst;
+  std::uint64_t generation = 0;  // even generation the snapshot was read at (output only)
+  bool consistent = true;        // false only after a writer died mid-update (output only)
+};
+
+// Spins a reader makes while a writer holds the generation odd before it
+// falls back to an unguarded read (a live writer takes well under a
+// microsecond; this is ~milliseconds).
+inline constexpr unsigned kSeqlockMaxSpins = 1u << 20;
+
+namespace detail {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+inline GpuLimitsSnapshot load_fields(const GpuLimits& g) {
+  GpuLimitsSnapshot s;
+  s.memory_limit_bytes = g.memory_limit_bytes.load(std::memory_order_relaxed);
+  s.compute_limit_pct = g.compute_limit_pct.load(std::memory_order_relaxed);
+  s.weight = g.weight.load(std::memory_order_relaxed);
+  s.mode = static_cast<ComputeMode>(g.mode.load(std::memory_order_relaxed));
+  return s;
+}
+}  // namespace detail
+
+// Precondition: gpu < kMaxGpus. Lock-free, no syscall.
+inline GpuLimitsSnapshot read_gpu_limits(const LimitsRegion& limits, unsigned gpu) {
+  const GpuLimits& g = limits.gpus[gpu];
+  for (unsigned spins = 0;; ++spins) {
+    const std::uint64_t g1 = limits.generation.load(std::memory_order_acquire);
+    if (g1 & 1u) {
+      if (spins >= kSeqlockMaxSpins) {
+        GpuLimitsSnapshot s = detail::load_fields(g);
+        s.generation = g1;
+        s.consistent = false;
+        return s;
+      }
+      detail::cpu_relax();
+      continue;
+    }
+    GpuLimitsSnapshot s = detail::load_fields(g);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (limits.generation.load(std::memory_order_relaxed) == g1) {
+      s.generation = g1;
+      return s;
+    }
+  }
+}
+
+// Writer side (daemon, device plugin, standalone creator). Writers serialise
+// among themselves by CAS on the generation (even -> odd). A generation that
+// stays odd for kSeqlockMaxSpins belongs to a writer that died: this writer
+// takes it over. `value.generation` and `value.consistent` are ignored.
+// Returns the new (even) generation.
+inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
+                                       const GpuLimitsSnapshot& value) {
+  std::uint64_t cur = limits.generation.load(std::memory_order_relaxed);
+  unsigned spins = 0;
+  std::uint64_t odd;
+  for (;;) {
+    if (cur & 1u) {
+      if (spins++ < kSeqlockMaxSpins) {
+        detail::cpu_relax();
+        cur = limits.generation.load(std::memory_order_relaxed);
+        continue;
+      }
+      odd = cur + 2;  // take over from a dead writer; stays odd
+    } else {
+      odd = cur + 1;
+    }
+    if (limits.generation.compare_exchange_weak(cur, odd, std::memory_order_relaxed)) break;
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  GpuLimits& g = limits.gpus[gpu];
+  g.memory_limit_bytes.store(value.memory_limit_bytes, std::memory_order_relaxed);
+  g.compute_limit_pct.store(value.compute_limit_pct, std::memory_order_relaxed);
+  g.weight.store(value.weight, std::memory_order_relaxed);
+  g.mode.store(static_cast<std::uint32_t>(value.mode), std::memory_order_relaxed);
+  limits.generation.store(odd + 1, std::memory_order_release);
+  return odd + 1;
+}
+
+// Initialises entry `gpu` (uuid and quota fields) of a region being created,
+// before its magic is published; bumps gpu_count to cover it. Not for live
+// regions: a UUID is immutable once published. Precondition: gpu < kMaxGpus.
+void init_gpu_entry(LimitsRegion& limits, unsigned gpu, std::string_view uuid,
+                    const GpuLimitsSnapshot& value);
+
+// Index of the entry whose uuid equals `uuid`, else of the kAnyGpu ("*")
+// entry, else nullopt. Looks at the first gpu_count entries (clamped to
+// kMaxGpus).
+std::optional<unsigned> find_gpu_entry(const LimitsRegion& limits, std::string_view uuid);
+
+}  // namespace cushare::shm

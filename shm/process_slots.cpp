@@ -1,0 +1,157 @@
+#include "shm/process_slots.hpp"
+
+namespace cushare::shm {
+namespace {
+
+constexpr auto u32(SlotState s) {
+  return static_cast<std::uint32_t>(s);
+}
+
+}  // namespace
+
+std::optional<unsigned> claim_slot(UsageRegion& usage, const ProcessIdentity& self,
+                                   std::uint64_t now_ns) {
+  const unsigned start = self.pid % kMaxSlots;
+  for (unsigned k = 0; k < kMaxSlots; ++k) {
+    const unsigned i = (start + k) % kMaxSlots;
+    ProcessSlot& s = usage.slots[i];
+    std::uint32_t expected = u32(SlotState::kFree);
+    if (s.state.load(std::memory_order_relaxed) != expected) continue;
+    if (!s.state.compare_exchange_strong(expected, u32(SlotState::kClaiming),
+                                         std::memory_order_acq_rel, std::memory_order_relaxed))
+      continue;
+    // pid first: a reclaimer judges a kClaiming slot only once pid is set.
+    s.start_time.store(0, std::memory_order_relaxed);
+    s.pid.store(self.pid, std::memory_order_release);
+    s.pidns_inode.store(self.pidns_inode, std::memory_order_relaxed);
+    s.start_time.store(self.start_time, std::memory_order_relaxed);
+    s.host_pid.store(0, std::memory_order_relaxed);
+    s.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+    // Bytes of the previous owner were cleared by whoever freed the slot.
+    std::uint32_t claiming = u32(SlotState::kClaiming);
+    if (s.state.compare_exchange_strong(claiming, u32(SlotState::kActive),
+                                        std::memory_order_acq_rel, std::memory_order_relaxed))
+      return i;
+    // Someone reclaimed our half-claimed slot (we looked dead, or stalled for
+    // the stuck-claim bound): look for another one.
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, SlotState expected) {
+  ProcessSlot& s = usage.slots[index];
+  std::uint32_t from = u32(expected);
+  if (expected != SlotState::kReclaiming &&
+      !s.state.compare_exchange_strong(from, u32(SlotState::kReclaiming), std::memory_order_acq_rel,
+                                       std::memory_order_relaxed))
+    return std::nullopt;
+  if (expected == SlotState::kReclaiming && slot_state(s) != SlotState::kReclaiming)
+    return std::nullopt;
+  std::uint64_t returned = 0;
+  for (unsigned g = 0; g < kMaxGpus; ++g) {
+    const std::uint64_t b = s.bytes[g].exchange(0, std::memory_order_acq_rel);
+    const std::uint64_t o = s.overhead[g].exchange(0, std::memory_order_acq_rel);
+    if (b + o != 0) usage.gpus[g].used_bytes.fetch_sub(b + o, std::memory_order_acq_rel);
+    returned += b + o;
+  }
+  s.host_pid.store(0, std::memory_order_relaxed);
+  s.heartbeat_ns.store(0, std::memory_order_relaxed);
+  s.start_time.store(0, std::memory_order_relaxed);
+  s.pidns_inode.store(0, std::memory_order_relaxed);
+  s.pid.store(0, std::memory_order_relaxed);
+  std::uint32_t reclaiming = u32(SlotState::kReclaiming);
+  s.state.compare_exchange_strong(reclaiming, u32(SlotState::kFree), std::memory_order_acq_rel,
+                                  std::memory_order_relaxed);
+  return returned;
+}
+
+std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index) {
+  return reclaim_slot(usage, index, SlotState::kActive);
+}
+
+Liveness judge_liveness(std::uint64_t recorded_start_time,
+                        const std::optional<ProcStat>& observed) {
+  if (!observed) return Liveness::kDead;
+  if (observed->state == 'Z' || observed->state == 'X') return Liveness::kDead;
+  // start_time 0: the claimer died (or is) before recording it; the pid
+  // exists, so it may be the claimer: not provably dead.
+  if (recorded_start_time == 0) return Liveness::kAlive;
+  return observed->start_time == recorded_start_time ? Liveness::kAlive : Liveness::kDead;
+}
+
+LivenessChecker LivenessChecker::same_namespace(std::uint64_t own_pidns_inode,
+                                                std::string proc_root) {
+  return LivenessChecker(false, own_pidns_inode, std::move(proc_root));
+}
+
+LivenessChecker LivenessChecker::host(std::string proc_root) {
+  return LivenessChecker(true, 0, std::move(proc_root));
+}
+
+SlotIdentity read_identity(const ProcessSlot& slot) {
+  SlotIdentity id;
+  id.pid = slot.pid.load(std::memory_order_acquire);
+  id.pidns_inode = slot.pidns_inode.load(std::memory_order_relaxed);
+  id.start_time = slot.start_time.load(std::memory_order_relaxed);
+  id.host_pid = slot.host_pid.load(std::memory_order_relaxed);
+  return id;
+}
+
+Liveness LivenessChecker::check(const SlotIdentity& id) const {
+  const std::uint32_t pid = id.pid;
+  const std::uint64_t ns = id.pidns_inode;
+  const std::uint64_t start = id.start_time;
+  if (pid == 0) return Liveness::kUnknown;
+  if (!host_) {
+    if (ns != own_pidns_) return Liveness::kUnknown;
+    return judge_liveness(start, read_proc_stat(static_cast<pid_t>(pid), proc_root_));
+  }
+  const std::uint32_t host_pid = id.host_pid;
+  if (host_pid == 0) return Liveness::kUnknown;
+  const auto observed = read_proc_stat(static_cast<pid_t>(host_pid), proc_root_);
+  const Liveness l = judge_liveness(start, observed);
+  if (l != Liveness::kAlive) return l;
+  // Same start time, but is it the same namespace? (A host PID mapped wrongly
+  // must not keep a dead slot alive, nor kill a live one: only "different
+  // namespace" proves death.)
+  const auto host_ns = read_pidns_inode(static_cast<pid_t>(host_pid), proc_root_);
+  if (host_ns && ns != 0 && *host_ns != ns) return Liveness::kDead;
+  return Liveness::kAlive;
+}
+
+ReclaimResult reclaim_dead_slots(UsageRegion& usage, const LivenessChecker& checker) {
+  ReclaimResult r;
+  for (unsigned i = 0; i < kMaxSlots; ++i) {
+    ProcessSlot& s = usage.slots[i];
+    const SlotState st = slot_state(s);
+    if (st != SlotState::kActive && st != SlotState::kClaiming) continue;
+    const SlotIdentity judged = read_identity(s);
+    if (checker.check(judged) != Liveness::kDead) continue;
+    std::uint32_t from = u32(st);
+    if (!s.state.compare_exchange_strong(from, u32(SlotState::kReclaiming),
+                                         std::memory_order_acq_rel, std::memory_order_relaxed))
+      continue;
+    if (read_identity(s) != judged) {
+      // Freed and claimed by a live process between judgement and CAS.
+      std::uint32_t back = u32(SlotState::kReclaiming);
+      s.state.compare_exchange_strong(back, u32(st), std::memory_order_acq_rel,
+                                      std::memory_order_relaxed);
+      continue;
+    }
+    if (auto bytes = reclaim_slot(usage, i, SlotState::kReclaiming)) {
+      ++r.slots;
+      r.bytes += *bytes;
+    }
+  }
+  return r;
+}
+
+std::optional<unsigned> claim_slot_reclaiming(UsageRegion& usage, const ProcessIdentity& self,
+                                              std::uint64_t now_ns,
+                                              const LivenessChecker& checker) {
+  if (auto i = claim_slot(usage, self, now_ns)) return i;
+  reclaim_dead_slots(usage, checker);
+  return claim_slot(usage, self, now_ns);
+}
+
+}  // namespace cushare::shm

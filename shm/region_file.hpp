@@ -1,0 +1,87 @@
+// Mapping of the `limits` and `usage` region files (Boost.Interprocess
+// file_mapping + mapped_region). Creation is exclusive and publishes the
+// header magic last; opening validates before anything else is touched.
+// Every failure is a RegionError naming the path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shm/layout.hpp"
+#include "shm/region_error.hpp"
+#include "shm/region_validate.hpp"
+
+namespace cushare::shm {
+
+enum class Access { kReadOnly, kReadWrite };
+
+struct RegionCreateOptions {
+  std::string alloc_id;     // copied into header.alloc_id (truncated to fit)
+  std::uint32_t flags = 0;  // RegionFlags
+};
+
+// File modes: limits 0644 (only its writer may change quotas), usage 0666
+// (every process of the allocation writes it, whatever its uid). Applied with
+// fchmod, so the umask does not matter.
+inline constexpr unsigned kLimitsFileMode = 0644;
+inline constexpr unsigned kUsageFileMode = 0666;
+
+// How long open_or_create waits for a racing creator to publish the magic.
+inline constexpr std::chrono::milliseconds kDefaultPublishWait{2000};
+
+template <class Region>
+class RegionMapping {
+ public:
+  using Fill = std::function<void(Region&)>;
+
+  // Creates the file exclusively (kExists when it is there), sizes it
+  // (fallocate, so a full disk is an error here and not SIGBUS later), lets
+  // `fill` initialise the zeroed region, then publishes header.magic with
+  // release. On any failure the half-made file is removed.
+  static RegionMapping create(const std::filesystem::path& path, const RegionCreateOptions& opts,
+                              const Fill& fill = {});
+
+  // Opens and validates an existing region.
+  static RegionMapping open(const std::filesystem::path& path, Access access);
+
+  // Standalone mode: exactly one of several racing processes creates the file
+  // (created() == true), the others open it, waiting up to `wait` for the
+  // creator to publish the magic; a file that stays unpublished longer is an
+  // error (kBadMagic), as is any other invalid file.
+  static RegionMapping open_or_create(const std::filesystem::path& path,
+                                      const RegionCreateOptions& opts, const Fill& fill = {},
+                                      std::chrono::milliseconds wait = kDefaultPublishWait);
+
+  RegionMapping(RegionMapping&&) noexcept;
+  RegionMapping& operator=(RegionMapping&&) noexcept;
+  ~RegionMapping();
+
+  const Region& region() const { return *region_; }
+  // Throws RegionError(kIo) on a read-only mapping: writing it would SIGSEGV.
+  Region& mutable_region();
+  bool writable() const { return access_ == Access::kReadWrite; }
+  bool created() const { return created_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  struct Impl;
+  RegionMapping(std::unique_ptr<Impl> impl, Region* region, Access access, bool created,
+                std::filesystem::path path);
+  std::unique_ptr<Impl> impl_;
+  Region* region_ = nullptr;
+  Access access_ = Access::kReadOnly;
+  bool created_ = false;
+  std::filesystem::path path_;
+};
+
+using LimitsMapping = RegionMapping<LimitsRegion>;
+using UsageMapping = RegionMapping<UsageRegion>;
+
+extern template class RegionMapping<LimitsRegion>;
+extern template class RegionMapping<UsageRegion>;
+
+}  // namespace cushare::shm

@@ -1,0 +1,80 @@
+// The plugin's configuration: a JSON file (see docs/kubernetes.md,
+// "Configuration"), then command-line flags on top. Validation happens once at
+// start-up; a bad value stops the plugin with a message naming the key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shm/layout.hpp"
+
+namespace cushare::plugin {
+
+enum class PackingPolicy { kBestFit, kSpread };
+enum class DeviceSpecStrategy { kNone, kDevNodes };
+
+struct PluginConfig {
+  std::string resource_name = "cushare.io/vgpu";
+  unsigned units_per_gpu = 100;
+  // Quota of an allocation on one GPU: share = units / units_per_gpu;
+  // memory = share * card memory * memory_ratio (<= card memory),
+  // compute limit = weight = share * 100 * compute_ratio (clamped to 1..100).
+  double memory_ratio = 1.0;
+  double compute_ratio = 1.0;
+  shm::ComputeMode compute_mode = shm::ComputeMode::kBurst;
+  PackingPolicy packing = PackingPolicy::kBestFit;
+  DeviceSpecStrategy device_specs = DeviceSpecStrategy::kNone;
+  std::string cdi_kind;  // e.g. "nvidia.com/gpu": emit "<kind>=<uuid>" CDI names; "" = none
+  bool ld_so_preload = true;
+
+  // Host side.
+  std::string device_plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string socket_name;  // "" = "cushare-vgpu-<pid>.sock" (unique per instance)
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string run_dir = "/var/run/cushare";  // allocations live in <run_dir>/alloc/<id>
+  std::string library_host_path = "/usr/local/lib/cushare/libcushare.so";
+  std::string dev_root = "/";
+  std::string sysfs_root = "/sys";
+  std::string nvml_library = "libnvidia-ml.so.1";
+
+  // Container side.
+  std::string library_container_path = "/usr/local/lib/cushare/libcushare.so";
+  std::string container_run_dir = "/var/run/cushare";
+
+  // Health.
+  bool health_checks = true;
+  std::vector<unsigned long long> ignored_xids = {13, 31, 43, 45, 68, 109};
+
+  // Cleanup of allocation folders of pods that are gone.
+  std::chrono::seconds cleanup_interval{60};
+  std::chrono::seconds cleanup_min_age{600};       // never remove anything younger
+  std::chrono::seconds orphan_age{7 * 24 * 3600};  // fallback rule, see docs/kubernetes.md
+
+  std::string log_level = "info";
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses a JSON document; unknown keys and wrong types are errors naming the
+// key. Keys that are absent keep the values already in `base`.
+PluginConfig ParseConfigJson(std::string_view text, PluginConfig base = {});
+PluginConfig LoadConfigFile(const std::string& path, PluginConfig base = {});
+
+// Checks ranges and consistency; throws ConfigError.
+void ValidateConfig(const PluginConfig& config);
+
+PackingPolicy ParsePackingPolicy(std::string_view text);
+DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text);
+shm::ComputeMode ParseComputeMode(std::string_view text);
+std::string_view ToString(PackingPolicy p);
+std::string_view ToString(DeviceSpecStrategy s);
+std::string_view ToString(shm::ComputeMode m);
+
+}  // namespace cushare::plugin

@@ -1,0 +1,164 @@
+#include "deploy/device-plugin/allocation_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "deploy/device-plugin/device_id.hpp"
+#include "tests/unit/plugin/test_inventory.hpp"
+
+namespace cushare::plugin {
+namespace {
+
+using namespace testing;
+
+std::vector<std::string> Ids(const std::string& uuid, unsigned first, unsigned count) {
+  std::vector<std::string> ids;
+  for (unsigned i = 0; i < count; ++i) ids.push_back(FormatDeviceId(uuid, first + i));
+  return ids;
+}
+
+TEST(AllocationPlan, QuarterOfOneGpu) {
+  PluginConfig config;
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 10, 25), config);
+  ASSERT_EQ(plan.gpus.size(), 1u);
+  EXPECT_EQ(plan.gpus[0].uuid, kUuidA);
+  EXPECT_EQ(plan.gpus[0].units, 25u);
+  EXPECT_EQ(plan.gpus[0].memory_limit_bytes, 20 * kGi);
+  EXPECT_EQ(plan.gpus[0].compute_limit_pct, 25u);
+  EXPECT_EQ(plan.gpus[0].weight, 25u);
+  EXPECT_EQ(plan.gpus[0].mode, shm::ComputeMode::kBurst);
+
+  EXPECT_EQ(plan.env.at("NVIDIA_VISIBLE_DEVICES"), kUuidA);
+  EXPECT_EQ(plan.env.at("CUSHARE_RUN_DIR"), "/var/run/cushare");
+  EXPECT_EQ(plan.env.at("CUSHARE_MEMORY_LIMIT"), std::to_string(20 * kGi));
+  EXPECT_EQ(plan.env.at("CUSHARE_MEMORY_LIMIT_" + kUuidA), std::to_string(20 * kGi));
+  EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_LIMIT"), "25");
+  EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_WEIGHT"), "25");
+  EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_MODE"), "burst");
+  EXPECT_EQ(plan.annotations.at(kAllocIdAnnotation), plan.alloc_id);
+  EXPECT_TRUE(plan.devices.empty());
+  EXPECT_TRUE(plan.cdi_devices.empty());
+}
+
+TEST(AllocationPlan, MountsLibraryPreloadFolderAndReadOnlyLimits) {
+  PluginConfig config;
+  config.run_dir = "/run/cushare-node";
+  config.library_host_path = "/opt/cushare/lib/libcushare.so";
+  config.library_container_path = "/usr/local/cushare/libcushare.so";
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidB, 0, 3), config);
+  const std::string dir = "/run/cushare-node/alloc/" + plan.alloc_id;
+  EXPECT_EQ(plan.host_alloc_dir, dir);
+  const std::vector<MountEdit> expected = {
+      {"/usr/local/cushare/libcushare.so", "/opt/cushare/lib/libcushare.so", true},
+      {"/etc/ld.so.preload", "/run/cushare-node/ld.so.preload", true},
+      {"/var/run/cushare", dir, false},
+      {"/var/run/cushare/limits", dir + "/limits", true},
+  };
+  EXPECT_EQ(plan.mounts, expected);
+  EXPECT_EQ(plan.preload_host_path, "/run/cushare-node/ld.so.preload");
+  EXPECT_EQ(plan.preload_content, "/usr/local/cushare/libcushare.so\n");
+}
+
+TEST(AllocationPlan, NoPreloadWhenDisabled) {
+  PluginConfig config;
+  config.ld_so_preload = false;
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 0, 1), config);
+  EXPECT_TRUE(plan.preload_host_path.empty());
+  for (const auto& m : plan.mounts) EXPECT_NE(m.container_path, "/etc/ld.so.preload");
+}
+
+TEST(AllocationPlan, IdsSpanningGpusGivePerGpuQuotas) {
+  PluginConfig config;
+  auto ids = Ids(kUuidB, 90, 10);  // B listed first: the plan still follows host order
+  const auto more = Ids(kUuidA, 0, 50);
+  ids.insert(ids.end(), more.begin(), more.end());
+  const auto plan = PlanAllocation(TwoGpus(), ids, config);
+  ASSERT_EQ(plan.gpus.size(), 2u);
+  EXPECT_EQ(plan.gpus[0].uuid, kUuidA);
+  EXPECT_EQ(plan.gpus[0].memory_limit_bytes, 40 * kGi);
+  EXPECT_EQ(plan.gpus[0].compute_limit_pct, 50u);
+  EXPECT_EQ(plan.gpus[1].uuid, kUuidB);
+  EXPECT_EQ(plan.gpus[1].memory_limit_bytes, 16 * kGi / 10);
+  EXPECT_EQ(plan.gpus[1].compute_limit_pct, 10u);
+  EXPECT_EQ(plan.env.at("NVIDIA_VISIBLE_DEVICES"), kUuidA + "," + kUuidB);
+  EXPECT_EQ(plan.env.at("CUSHARE_MEMORY_LIMIT_" + kUuidA), std::to_string(40 * kGi));
+  EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_LIMIT_" + kUuidB), "10");
+  // Without one value for all GPUs there is no plain form; the limits file rules.
+  EXPECT_FALSE(plan.env.contains("CUSHARE_MEMORY_LIMIT"));
+  EXPECT_FALSE(plan.env.contains("CUSHARE_COMPUTE_LIMIT"));
+  EXPECT_FALSE(plan.env.contains("CUSHARE_COMPUTE_WEIGHT"));
+}
+
+TEST(AllocationPlan, RatiosModeAndSmallestShare) {
+  PluginConfig config;
+  config.units_per_gpu = 8;
+  config.memory_ratio = 0.5;
+  config.compute_ratio = 0.04;
+  config.compute_mode = shm::ComputeMode::kCapped;
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 0, 1), config);
+  EXPECT_EQ(plan.gpus[0].memory_limit_bytes, 5 * kGi);  // 80Gi / 8 * 0.5
+  EXPECT_EQ(plan.gpus[0].compute_limit_pct, 1u);        // 0.5 rounds to 0, clamped to 1
+  EXPECT_EQ(plan.gpus[0].mode, shm::ComputeMode::kCapped);
+  EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_MODE"), "capped");
+}
+
+TEST(AllocationPlan, WholeGpuIsTheWholeCard) {
+  PluginConfig config;
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidB, 0, 100), config);
+  EXPECT_EQ(plan.gpus[0].memory_limit_bytes, 16 * kGi);
+  EXPECT_EQ(plan.gpus[0].compute_limit_pct, 100u);
+}
+
+TEST(AllocationPlan, DeviceSpecsAndCdiNamesWhenConfigured) {
+  PluginConfig config;
+  config.device_specs = DeviceSpecStrategy::kDevNodes;
+  config.dev_root = "/host";
+  config.cdi_kind = "nvidia.com/gpu";
+  auto inv = TwoGpus();
+  inv.gpus[1].minor_number = 7;
+  inv.control_nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm"};
+  const auto plan = PlanAllocation(inv, Ids(kUuidB, 0, 2), config);
+  const std::vector<DeviceNodeEdit> expected = {
+      {"/dev/nvidia7", "/host/dev/nvidia7", "rw"},
+      {"/dev/nvidiactl", "/host/dev/nvidiactl", "rw"},
+      {"/dev/nvidia-uvm", "/host/dev/nvidia-uvm", "rw"},
+  };
+  EXPECT_EQ(plan.devices, expected);
+  EXPECT_EQ(plan.cdi_devices, std::vector<std::string>{"nvidia.com/gpu=" + kUuidB});
+}
+
+TEST(AllocationPlan, AllocationIdIsStableAndOrderIndependent) {
+  PluginConfig config;
+  auto ids = Ids(kUuidA, 0, 5);
+  const auto a = PlanAllocation(TwoGpus(), ids, config).alloc_id;
+  std::reverse(ids.begin(), ids.end());
+  EXPECT_EQ(PlanAllocation(TwoGpus(), ids, config).alloc_id, a);
+  EXPECT_NE(PlanAllocation(TwoGpus(), Ids(kUuidA, 1, 5), config).alloc_id, a);
+  // Pinned: the id must not change between releases (folders survive upgrades).
+  EXPECT_EQ(AllocationIdFor(std::vector<std::string>{"x::1", "x::0"}),
+            AllocationIdFor(std::vector<std::string>{"x::0", "x::1"}));
+  EXPECT_EQ(a.size(), 17u);
+  EXPECT_EQ(a[0], 'a');
+  EXPECT_EQ(AllocationIdFor(std::vector<std::string>{"a"}), "aaf63dc4c8601ec8c");
+}
+
+void ExpectError(const std::vector<std::string>& ids, const std::string& fragment) {
+  PluginConfig config;
+  try {
+    PlanAllocation(TwoGpus(), ids, config);
+    ADD_FAILURE() << "no error for " << fragment;
+  } catch (const AllocationError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(AllocationPlan, BadIdsAreErrorsNamingTheId) {
+  ExpectError({}, "no device IDs");
+  ExpectError({kUuidA + "::1", "garbage"}, "'garbage'");
+  ExpectError({"GPU-nope::1"}, "'GPU-nope::1'");
+  ExpectError({kUuidA + "::100"}, "'" + kUuidA + "::100'");
+  ExpectError({kUuidA + "::007"}, "'" + kUuidA + "::007'");
+  ExpectError({kUuidA + "::3", kUuidA + "::3"}, "appears twice");
+}
+
+}  // namespace
+}  // namespace cushare::plugin

@@ -1,0 +1,79 @@
+#include "deploy/device-plugin/cleanup_policy.hpp"
+
+#include <gtest/gtest.h>
+
+#include "deploy/device-plugin/allocation_plan.hpp"
+
+namespace cushare::plugin {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::minutes;
+using Clock = std::chrono::system_clock;
+
+const Clock::time_point kNow = Clock::time_point{} + hours(24 * 365 * 50);
+
+AllocationFolderFacts Folder(const std::string& id, Clock::duration idle, bool live = false) {
+  return {id, kNow - idle, kNow - idle, live};
+}
+
+TEST(CleanupPolicy, PodResourcesDecidesForOldFolders) {
+  PluginConfig config;  // min age 10 min
+  const std::vector<AllocationFolderFacts> folders = {
+      Folder("a1", hours(1)),        // gone pod -> removed
+      Folder("a2", hours(1)),        // still listed -> kept
+      Folder("a3", minutes(2)),      // too young -> kept
+      Folder("a4", hours(1), true),  // a live process -> kept
+  };
+  LiveAllocations live{LivenessSource::kPodResources, {"a2"}};
+  EXPECT_EQ(FoldersToRemove(folders, live, kNow, config), std::vector<std::string>{"a1"});
+  live.source = LivenessSource::kCheckpoint;
+  EXPECT_EQ(FoldersToRemove(folders, live, kNow, config), std::vector<std::string>{"a1"});
+}
+
+TEST(CleanupPolicy, AgeRuleWithoutAnyLivenessSource) {
+  PluginConfig config;  // orphan age 7 days
+  const std::vector<AllocationFolderFacts> folders = {
+      Folder("old", hours(24 * 8)),
+      Folder("recent", hours(24 * 6)),
+      Folder("old-but-running", hours(24 * 30), true),
+  };
+  const LiveAllocations none{LivenessSource::kNone, {}};
+  EXPECT_EQ(FoldersToRemove(folders, none, kNow, config), std::vector<std::string>{"old"});
+}
+
+TEST(CleanupPolicy, RecentActivityCountsAsYoung) {
+  PluginConfig config;
+  AllocationFolderFacts f{"a1", kNow - hours(48), kNow - minutes(1), false};
+  const LiveAllocations live{LivenessSource::kPodResources, {}};
+  EXPECT_TRUE(FoldersToRemove({f}, live, kNow, config).empty());
+}
+
+TEST(CleanupPolicy, CheckpointGivesAllocationIdsOfOurResource) {
+  const std::vector<std::string> ids1 = {"GPU-a::1", "GPU-a::0"};
+  const std::vector<std::string> ids2 = {"GPU-b::3"};
+  const std::string checkpoint = R"({"Data":{"PodDeviceEntries":[
+      {"PodUID":"p1","ContainerName":"c","ResourceName":"cushare.io/vgpu",
+       "DeviceIDs":{"0":["GPU-a::0"],"1":["GPU-a::1"]},"AllocResp":"AAA="},
+      {"PodUID":"p2","ContainerName":"c","ResourceName":"cushare.io/vgpu",
+       "DeviceIDs":["GPU-b::3"],"AllocResp":""},
+      {"PodUID":"p3","ContainerName":"c","ResourceName":"nvidia.com/gpu",
+       "DeviceIDs":{"0":["GPU-z"]},"AllocResp":""}],
+      "RegisteredDevices":{}},"Checksum":123})";
+  const auto live = LiveAllocationsFromCheckpoint(checkpoint, "cushare.io/vgpu");
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(*live, (std::set<std::string>{AllocationIdFor(ids1), AllocationIdFor(ids2)}));
+}
+
+TEST(CleanupPolicy, UnknownCheckpointShapeIsNotTrusted) {
+  EXPECT_FALSE(LiveAllocationsFromCheckpoint("not json", "r").has_value());
+  EXPECT_FALSE(LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":{}}})", "r"));
+  EXPECT_FALSE(LiveAllocationsFromCheckpoint(
+      R"({"Data":{"PodDeviceEntries":[{"ResourceName":"r","DeviceIDs":7}]}})", "r"));
+  const auto empty = LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":null}})", "r");
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->empty());
+}
+
+}  // namespace
+}  // namespace cushare::plugin

@@ -1,0 +1,42 @@
+"""Shared thresholds and helpers of the checks. The tolerances are the
+suite's documented contract (docs/gpu-validation.md)."""
+
+from ..report import CheckResult
+from ..suite_context import GiB, MiB
+
+QUOTA = 4 * GiB
+QUOTA_TEXT = "4Gi"
+# NVML's per-process figure includes what no allocation call returns: the
+# context, lazily loaded modules, the cuBLAS/cuDNN handles' internal state.
+# The quota covers the context as measured at creation; what is loaded later
+# may exceed it by up to this much before the daemon's NVML reconciliation
+# catches up.
+NVML_TOLERANCE = 128 * MiB
+# A quota must be usable, not only enforced: a tenant that fills it must get
+# at least this fraction of it (the rest is context overhead and step rounding).
+MIN_FILL = 0.85
+# Time-sharing: achieved share vs. target, in percentage points.
+SHARE_TOLERANCE_POINTS = 5.0
+# Overhead: ratio with/without the shim, judged on hardware only.
+MAX_LAUNCH_RATIO = 1.10
+MAX_STEP_RATIO = 1.05
+
+
+def gib(n) -> str:
+    return "—" if n is None else f"{n / GiB:.3f} GiB"
+
+
+def judge_memory(result: CheckResult, quota: int, held, nvml: dict, what: str) -> None:
+    """The common verdicts of a fill-until-refused run: the program got no
+    more than the quota, NVML (outside the quota) agrees within tolerance, and
+    the quota was usable."""
+    result.measure(f"{what} held when refused", f"<= {gib(quota)}", gib(held),
+                   None if held is None else held <= quota)
+    used = nvml.get("bytes")
+    result.measure("NVML used memory of the process (outside the shim)",
+                   f"<= quota + {NVML_TOLERANCE // MiB} MiB = {gib(quota + NVML_TOLERANCE)}",
+                   gib(used), None if used is None else used <= quota + NVML_TOLERANCE,
+                   note=nvml.get("source", ""))
+    usable = used if used is not None else held
+    result.measure("quota usable (NVML used, else held)", f">= {MIN_FILL:.0%} of quota",
+                   gib(usable), None if usable is None else usable >= MIN_FILL * quota)

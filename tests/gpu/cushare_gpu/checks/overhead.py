@@ -1,0 +1,72 @@
+"""Check 6: what the shim costs. Empty-kernel launches (the probe) and a
+small-MLP training loop (PyTorch), each with and without the shim in the same
+run, alternated (without, with, without, with) so drift hits both alike.
+Ratios are judged on hardware only: on fakegpu every figure is CPU time of a
+simulator, and no verdict may rest on CPU timing there."""
+
+from .. import shares
+from ..procs import Deadline
+from ..report import CheckResult
+from ..suite_context import Suite
+from .common import MAX_LAUNCH_RATIO, MAX_STEP_RATIO
+
+ROUNDS = 2
+
+
+def _launch_once(suite: Suite, d: Deadline, node: str, shim: bool, i: int) -> float:
+    count = "20000" if suite.quick else "100000"
+    env = suite.tenant_env(suite.alloc_dir(node, f"launch{i}") if shim else None, memory="2Gi",
+                           shim=shim)
+    w = suite.probe(f"launch-{'shim' if shim else 'plain'}", ["launch", "--count", count,
+                                                             "--batch", "256"], env)
+    got = w.wait_event("launch", d, 90)
+    w.stop()
+    return got["ns_per_launch_median"]
+
+
+def _mlp_once(suite: Suite, d: Deadline, node: str, shim: bool, i: int) -> float:
+    seconds = "1.5" if suite.quick else "3"
+    env = suite.tenant_env(suite.alloc_dir(node, f"mlp{i}") if shim else None, memory="8Gi",
+                           shim=shim)
+    w = suite.py_worker(f"mlp-{'shim' if shim else 'plain'}", "torch", "torch_mlp.py",
+                        ["--seconds", seconds], env)
+    got = w.wait_event("done", d, 120)
+    w.stop()
+    return got["ms_per_step"]
+
+
+def _judge(r: CheckResult, suite: Suite, label: str, plain, shim, limit: float, unit: str):
+    p, s = shares.median(plain), shares.median(shim)
+    ratio = shares.ratio(s, p)
+    r.details[label] = {"without_shim": plain, "with_shim": shim}
+    judged = None if suite.simulated or ratio is None else ratio <= limit
+    r.measure(f"{label}: with / without shim", f"<= {limit:.2f}",
+              None if ratio is None else round(ratio, 4), judged,
+              note=(f"median {p:.4g} -> {s:.4g} {unit}" if ratio is not None else "") +
+              ("; fakegpu: not judged (CPU timing)" if suite.simulated else ""))
+    r.measure(f"{label}: every run completed", f"{ROUNDS} + {ROUNDS}", f"{len(plain)} + {len(shim)}",
+              len(plain) == ROUNDS and len(shim) == ROUNDS)
+
+
+def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
+    node = suite.node_run_dir("overhead")
+    daemon = suite.start_daemon(node, d)
+    try:
+        plain, shim = [], []
+        for i in range(ROUNDS):
+            plain.append(_launch_once(suite, d, node, False, i))
+            shim.append(_launch_once(suite, d, node, True, i))
+        _judge(r, suite, "empty-kernel launch", plain, shim, MAX_LAUNCH_RATIO, "ns/launch")
+        torch = suite.framework("torch")
+        if not torch.get("available"):
+            r.measure("MLP training step: with / without shim", f"<= {MAX_STEP_RATIO:.2f}", None,
+                      None, note="skipped: torch missing: " + str(torch.get("reason")))
+            return
+        r.framework = f"torch {torch.get('version')}"
+        plain, shim = [], []
+        for i in range(ROUNDS):
+            plain.append(_mlp_once(suite, d, node, False, i))
+            shim.append(_mlp_once(suite, d, node, True, i))
+        _judge(r, suite, "MLP training step", plain, shim, MAX_STEP_RATIO, "ms/step")
+    finally:
+        daemon.stop(grace=0.5)

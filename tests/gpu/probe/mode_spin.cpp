@@ -1,0 +1,46 @@
+// spin: a busy tenant. Keeps `inflight` spin kernels of a known length queued
+// for a wall-clock duration and reports completions as progress lines; the
+// orchestrator turns completions x kernel length into GPU time.
+#include <unistd.h>
+
+#include "tests/gpu/probe/control.hpp"
+#include "tests/gpu/probe/device.hpp"
+#include "tests/gpu/probe/messages.hpp"
+#include "tests/gpu/probe/modes.hpp"
+#include "tests/gpu/probe/work_loop.hpp"
+
+namespace cushare::gpuprobe {
+
+int runSpin(const SpinOptions& o) {
+  const DriverApi api = DriverApi::load();
+  Device dev(api);
+  ControlChannel control;
+  CUstream stream = nullptr;
+  check(api, api.streamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  emit({{"event", "ready"}, {"pid", getpid()}, {"kernel_ns", o.kernel_ns}});
+  if (o.wait_go) {
+    for (std::string line; (line = control.nextLine(-1)) != "go";) {
+      if (line == "release") return 0;
+    }
+  }
+  const double start = monotonicSeconds();
+  std::uint64_t completed = 0;
+  {
+    WorkLoop loop(api, stream, o.inflight, o.progress_s);
+    while (monotonicSeconds() - start < o.seconds && !control.releaseRequested()) {
+      loop.submit([&] { return dev.launchSpin(stream, o.kernel_ns); });
+    }
+    loop.drain();
+    completed = loop.completed();
+  }
+  const double elapsed = monotonicSeconds() - start;
+  emit({{"event", "done"},
+        {"n", completed},
+        {"seconds", elapsed},
+        {"kernel_ns", o.kernel_ns},
+        {"busy_fraction", elapsed > 0 ? completed * (o.kernel_ns * 1e-9) / elapsed : 0.0}});
+  api.streamDestroy(stream);
+  return 0;
+}
+
+}  // namespace cushare::gpuprobe

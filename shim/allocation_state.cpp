@@ -1,0 +1,334 @@
+#include "shim/allocation_state.hpp"
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "shim/device_uuid.hpp"
+#include "shim/fork_hooks.hpp"
+#include "shim/logging.hpp"
+#include "shim/real_driver.hpp"
+#include "shim/shim_env.hpp"
+#include "shm/limits_seqlock.hpp"
+#include "shm/process_slots.hpp"
+#include "shm/quota_spec.hpp"
+#include "shm/region_file.hpp"
+
+namespace cushare::shim {
+namespace detail {
+std::atomic<const AllocationState*> g_state{nullptr};
+std::atomic<ShimMode> g_mode{ShimMode::kUninitialized};
+}  // namespace detail
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Everything here is created once and deliberately never destroyed: atexit
+// handlers and other libraries' destructors may still call CUDA after ours.
+struct Holder {
+  std::optional<shm::LimitsMapping> limits;
+  std::optional<shm::UsageMapping> usage;
+  AllocationState state;
+  bool needs_new_slot = false;  // fork child: the slot in `state` is the parent's
+};
+
+Holder& holder() {
+  static auto* h = new Holder;
+  return *h;
+}
+
+std::mutex& init_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+std::uint64_t monotonic_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+CUresult fail_closed(const std::string& why) {
+  log().error(
+      "{}; refusing to run without a quota (cuInit fails with CUDA_ERROR_INVALID_VALUE, "
+      "set CUSHARE_DISABLE=1 only to debug)",
+      why);
+  detail::g_mode.store(ShimMode::kFailed, std::memory_order_release);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+void warn_on_disagreement(const shm::LimitsRegion& limits,
+                          const std::vector<shm::GpuQuotaSpec>& spec, const fs::path& path) {
+  for (const auto& s : spec) {
+    if (s.memory_source.empty()) continue;  // the environment says nothing
+    auto idx = shm::find_gpu_entry(limits, s.uuid);
+    if (!idx) continue;
+    const auto have = shm::read_gpu_limits(limits, *idx).memory_limit_bytes;
+    if (have != s.memory_limit_bytes) {
+      log().warn(
+          "{}={} asks for a memory quota of {} bytes on {}, but {} says {} bytes; the "
+          "region wins (delete it, with no process running, to change a standalone "
+          "quota)",
+          s.memory_source, s.memory_limit_bytes, s.memory_limit_bytes, s.uuid, path.string(), have);
+    }
+  }
+}
+
+void release_at_exit() {
+  if (detail::g_mode.load(std::memory_order_acquire) != ShimMode::kActive) return;
+  const AllocationState* st = detail::g_state.load(std::memory_order_acquire);
+  detail::g_mode.store(ShimMode::kExiting, std::memory_order_release);
+  detail::g_state.store(nullptr, std::memory_order_release);
+  if (st) shm::release_slot(*st->usage, st->slot_index);
+}
+
+void atfork_prepare() {
+  init_mutex().lock();
+}
+void atfork_parent() {
+  init_mutex().unlock();
+}
+void atfork_child() {
+  init_mutex().unlock();
+  run_fork_child_hooks();
+  if (detail::g_mode.load(std::memory_order_relaxed) == ShimMode::kActive) {
+    holder().needs_new_slot = true;
+    detail::g_state.store(nullptr, std::memory_order_relaxed);
+    detail::g_mode.store(ShimMode::kUninitialized, std::memory_order_relaxed);
+  }
+}
+
+void register_process_hooks_once() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  std::atexit(release_at_exit);
+}
+
+// Claims a slot for this process, reclaiming dead processes' slots first so
+// their bytes return even with no daemon running.
+std::optional<unsigned> claim_own_slot(shm::UsageRegion& usage, std::string& error) {
+  auto self = shm::self_identity();
+  if (!self) {
+    error = "cannot identify this process: " + self.error();
+    return std::nullopt;
+  }
+  const auto checker = shm::LivenessChecker::same_namespace(self->pidns_inode);
+  const auto reclaimed = shm::reclaim_dead_slots(usage, checker);
+  if (reclaimed.slots) {
+    log().info("reclaimed {} slot(s) of dead processes ({} bytes)", reclaimed.slots,
+               reclaimed.bytes);
+  }
+  auto slot = shm::claim_slot_reclaiming(usage, *self, monotonic_ns(), checker);
+  if (!slot) error = "all process slots of the usage region are taken";
+  return slot;
+}
+
+CUresult initialize_locked() {
+  auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
+                           fs::is_directory(kDefaultRunDir));
+  if (!env) return fail_closed(env.error());
+  if (env->disabled) {
+    log().info("CUSHARE_DISABLE is set: passing every call through");
+    detail::g_mode.store(ShimMode::kDisabled, std::memory_order_release);
+    return CUDA_SUCCESS;
+  }
+  Holder& h = holder();
+  AllocationState& st = h.state;
+
+  if (h.needs_new_slot) {  // fork child of an initialised parent
+    std::string error;
+    auto slot = claim_own_slot(h.usage->mutable_region(), error);
+    if (!slot) return fail_closed(error);
+    st.slot_index = *slot;
+    st.slot = &h.usage->mutable_region().slots[*slot];
+    h.needs_new_slot = false;
+    detail::g_state.store(&st, std::memory_order_release);
+    detail::g_mode.store(ShimMode::kActive, std::memory_order_release);
+    return CUDA_SUCCESS;
+  }
+
+  const RealDriver& r = real();
+  if (!r.library_loaded || !r.cuDeviceGetCount || !r.cuDeviceGet || !r.cuDeviceGetUuid_v2 ||
+      !r.cuDeviceTotalMem_v2) {
+    log().error("libcuda.so.1 (or a function the shim needs from it) was not found");
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  int count = 0;
+  if (CUresult rc = r.cuDeviceGetCount(&count); rc != CUDA_SUCCESS) return rc;
+  if (count < 0) count = 0;
+  if (static_cast<unsigned>(count) > kMaxDevices) count = kMaxDevices;
+
+  std::vector<shm::VisibleGpu> gpus;
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    CUuuid uuid{};
+    size_t total = 0;
+    if (CUresult rc = r.cuDeviceGet(&dev, i); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = r.cuDeviceGetUuid_v2(&uuid, dev); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = r.cuDeviceTotalMem_v2(&total, dev); rc != CUDA_SUCCESS) return rc;
+    gpus.push_back({static_cast<unsigned>(i), format_gpu_uuid(uuid), total});
+    st.physical_total[static_cast<unsigned>(i)] = total;
+  }
+  auto spec = shm::quota_spec_from_env(shm::process_env(), gpus);
+  if (!spec) return fail_closed(spec.error());
+
+  const fs::path dir = env->run_dir;
+  const fs::path limits_path = dir / "limits";
+  const fs::path usage_path = dir / "usage";
+  try {
+    std::error_code ec;
+    if (fs::exists(limits_path, ec)) {
+      h.limits.emplace(shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly));
+      warn_on_disagreement(h.limits->region(), *spec, limits_path);
+    } else {
+      fs::create_directories(dir, ec);
+      if (ec) {
+        return fail_closed("cannot create the run dir " + dir.string() +
+                           " (CUSHARE_RUN_DIR): " + ec.message());
+      }
+      shm::RegionCreateOptions opts;
+      opts.alloc_id = "standalone-" + std::to_string(getuid());
+      opts.flags = shm::kCreatedStandalone;
+      const auto& specs = *spec;
+      h.limits.emplace(shm::LimitsMapping::open_or_create(
+          limits_path, opts, [&specs](shm::LimitsRegion& region) {
+            for (unsigned i = 0; i < specs.size(); ++i) {
+              shm::GpuLimitsSnapshot v;
+              v.memory_limit_bytes = specs[i].memory_limit_bytes;
+              v.compute_limit_pct = specs[i].compute_limit_pct;
+              v.weight = specs[i].weight;
+              v.mode = specs[i].mode;
+              shm::init_gpu_entry(region, i, specs[i].uuid, v);
+            }
+          }));
+      if (h.limits->created()) {
+        log().info("standalone: created {} from the environment", limits_path.string());
+      } else {
+        warn_on_disagreement(h.limits->region(), *spec, limits_path);
+      }
+    }
+    const auto gpu_count = h.limits->region().gpu_count.load(std::memory_order_acquire);
+    if (fs::exists(usage_path, ec)) {
+      h.usage.emplace(shm::UsageMapping::open(usage_path, shm::Access::kReadWrite));
+    } else {
+      shm::RegionCreateOptions opts;
+      opts.alloc_id = h.limits->region().header.alloc_id;
+      opts.flags = shm::kCreatedStandalone;
+      h.usage.emplace(shm::UsageMapping::open_or_create(
+          usage_path, opts, [gpu_count](shm::UsageRegion& region) {
+            region.gpu_count.store(gpu_count, std::memory_order_relaxed);
+          }));
+    }
+  } catch (const std::exception& e) {
+    h.limits.reset();
+    h.usage.reset();
+    return fail_closed(std::string("cannot use the allocation's regions: ") + e.what());
+  }
+
+  std::string error;
+  auto slot = claim_own_slot(h.usage->mutable_region(), error);
+  if (!slot) return fail_closed(error + " (" + usage_path.string() + ")");
+
+  st.limits = &h.limits->region();
+  st.usage = &h.usage->mutable_region();
+  st.slot_index = *slot;
+  st.slot = &st.usage->slots[*slot];
+  st.device_count = count;
+  st.oom_backtrace = env->oom_backtrace;
+  st.run_dir = dir.string();
+  for (int i = 0; i < count; ++i) {
+    auto idx = shm::find_gpu_entry(*st.limits, gpus[static_cast<unsigned>(i)].uuid);
+    st.gpu_of_device[static_cast<unsigned>(i)] =
+        idx && *idx < shm::kMaxGpus ? static_cast<std::uint8_t>(*idx) : kNoGpu;
+    if (!idx) {
+      log().warn(
+          "device {} ({}) is not part of the allocation in {}: device-memory allocations "
+          "on it are refused",
+          i, gpus[static_cast<unsigned>(i)].uuid, dir.string());
+    } else {
+      log().info("device {} ({}) -> quota entry {}: {} bytes", i,
+                 gpus[static_cast<unsigned>(i)].uuid, *idx, memory_limit(st, *idx));
+    }
+  }
+  register_process_hooks_once();
+  detail::g_state.store(&st, std::memory_order_release);
+  detail::g_mode.store(ShimMode::kActive, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult ensure_initialized() noexcept {
+  switch (shim_mode()) {
+    case ShimMode::kActive:
+    case ShimMode::kDisabled:
+    case ShimMode::kExiting:
+      return CUDA_SUCCESS;
+    case ShimMode::kFailed:
+      return CUDA_ERROR_INVALID_VALUE;
+    case ShimMode::kUninitialized:
+      break;
+  }
+  try {
+    std::lock_guard lock(init_mutex());
+    switch (shim_mode()) {
+      case ShimMode::kFailed:
+        return CUDA_ERROR_INVALID_VALUE;
+      case ShimMode::kUninitialized:
+        return initialize_locked();
+      default:
+        return CUDA_SUCCESS;
+    }
+  } catch (const std::exception& e) {
+    return fail_closed(std::string("initialisation failed: ") + e.what());
+  }
+}
+
+RegionView region_view() noexcept {
+  if (const AllocationState* st = allocation_state()) return {st->limits, st->usage};
+  static const RegionView view = []() -> RegionView {
+    try {
+      auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
+                               fs::is_directory(kDefaultRunDir));
+      if (!env || env->disabled) return {};
+      const fs::path dir = env->run_dir;
+      std::error_code ec;
+      if (!fs::exists(dir / "limits", ec) || !fs::exists(dir / "usage", ec)) return {};
+      static auto* limits =
+          new shm::LimitsMapping(shm::LimitsMapping::open(dir / "limits", shm::Access::kReadOnly));
+      static auto* usage =
+          new shm::UsageMapping(shm::UsageMapping::open(dir / "usage", shm::Access::kReadOnly));
+      return {&limits->region(), &usage->region()};
+    } catch (const std::exception& e) {
+      log().error("NVML: cannot read the allocation's regions: {}", e.what());
+      return {};
+    }
+  }();
+  return view;
+}
+
+unsigned current_gpu_index(const AllocationState& st, CUdevice& device) noexcept {
+  device = -1;
+  if (real().cuCtxGetDevice(&device) != CUDA_SUCCESS) {
+    device = -1;
+    return kNoGpu;
+  }
+  return gpu_index_of_device(st, device);
+}
+
+unsigned current_gpu_index(const AllocationState& st) noexcept {
+  CUdevice dev;
+  return current_gpu_index(st, dev);
+}
+
+}  // namespace cushare::shim

@@ -1,0 +1,17 @@
+// Which streams are being captured into a graph (cuStreamBeginCapture* ..
+// cuStreamEndCapture hooks), so that the launch gate and the accounting never
+// record events on, synchronise, or charge work queued into a capture.
+// Lock-free: a fixed set of atomic words; the common case (no capture in
+// progress anywhere in the process) is one relaxed load.
+#pragma once
+
+#include "shim/cuda_api.hpp"
+
+namespace cushare::shim {
+
+bool stream_is_capturing(CUstream stream) noexcept;
+
+void capture_began(CUstream stream) noexcept;
+void capture_ended(CUstream stream) noexcept;
+
+}  // namespace cushare::shim

@@ -1,0 +1,126 @@
+#include "shim/memory_accounting.hpp"
+
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <chrono>
+#include <string>
+
+#include "shim/context_overhead.hpp"
+#include "shim/fork_hooks.hpp"
+#include "shim/graph_accounting.hpp"
+#include "shim/logging.hpp"
+#include "shim/pool_accounting.hpp"
+#include "shm/proc_identity.hpp"
+#include "shm/process_slots.hpp"
+
+namespace cushare::shim {
+namespace {
+
+constinit PointerTable g_device_pointers;
+constinit PointerTable g_vmm_handles;
+constinit PointerTable g_array_handles;
+
+std::string call_site() {
+  std::string out;
+  unw_context_t ctx;
+  unw_cursor_t cursor;
+  if (unw_getcontext(&ctx) != 0 || unw_init_local(&cursor, &ctx) != 0) return "(no backtrace)";
+  int depth = 0;
+  while (unw_step(&cursor) > 0 && depth < 16) {
+    char name[256];
+    unw_word_t off = 0, ip = 0;
+    unw_get_reg(&cursor, UNW_REG_IP, &ip);
+    if (unw_get_proc_name(&cursor, name, sizeof name, &off) != 0) {
+      snprintf(name, sizeof name, "0x%lx", static_cast<unsigned long>(ip));
+      off = 0;
+    }
+    // Skip the shim's own frames: the call site is the caller's.
+    if (depth == 0 && std::string(name).find("cushare") != std::string::npos) continue;
+    if (!out.empty()) out += " <- ";
+    out += name;
+    if (off) out += "+" + std::to_string(off);
+    ++depth;
+  }
+  return out.empty() ? "(no frames)" : out;
+}
+
+std::uint64_t unix_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+}  // namespace
+
+PointerTable& device_pointers() noexcept {
+  return g_device_pointers;
+}
+PointerTable& vmm_handles() noexcept {
+  return g_vmm_handles;
+}
+PointerTable& array_handles() noexcept {
+  return g_array_handles;
+}
+
+void run_fork_child_hooks() noexcept {
+  g_device_pointers.reset_after_fork();
+  g_vmm_handles.reset_after_fork();
+  g_array_handles.reset_after_fork();
+  pool_reset_after_fork();
+  context_reset_after_fork();
+  graph_reset_after_fork();
+}
+
+void relieve_quota_pressure(const AllocationState& st, unsigned gpu) noexcept {
+  trim_pools(st, gpu);
+  trim_graph_memory(st, gpu);
+}
+
+namespace detail {
+
+bool reserve_slow(const AllocationState& st, unsigned gpu, std::uint64_t bytes,
+                  const char* api) noexcept {
+  if (gpu >= shm::kMaxGpus) {
+    log().error("{}: {} bytes refused: the current device is not part of this allocation ({})", api,
+                bytes, st.run_dir);
+    return false;
+  }
+  shm::QuotaLedger ledger(*st.usage);
+  const std::uint64_t limit = memory_limit(st, gpu);
+  // Memory of processes that died without releasing comes back first.
+  if (auto pidns = shm::read_pidns_inode(getpid())) {
+    shm::reclaim_dead_slots(*st.usage, shm::LivenessChecker::same_namespace(*pidns));
+    if (ledger.try_reserve(gpu, *st.slot, bytes, limit)) return true;
+  }
+  relieve_quota_pressure(st, gpu);
+  if (ledger.try_reserve(gpu, *st.slot, bytes, limit)) return true;
+
+  auto& usage = st.usage->gpus[gpu];
+  usage.oom_refusals.fetch_add(1, std::memory_order_relaxed);
+  usage.last_oom_request_bytes.store(bytes, std::memory_order_relaxed);
+  usage.last_oom_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+  try {
+    const char* alloc_id = st.limits->header.alloc_id;
+    const char* uuid = st.limits->gpus[gpu].uuid;
+    if (st.oom_backtrace) {
+      log().error(
+          "out of memory quota: allocation '{}' ({}) GPU {}: quota {} bytes, used {} "
+          "bytes, requested {} bytes by {}; call site: {}",
+          alloc_id, st.run_dir, uuid, limit, ledger.used(gpu), bytes, api, call_site());
+    } else {
+      log().error(
+          "out of memory quota: allocation '{}' ({}) GPU {}: quota {} bytes, used {} "
+          "bytes, requested {} bytes by {}",
+          alloc_id, st.run_dir, uuid, limit, ledger.used(gpu), bytes, api);
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+}  // namespace detail
+
+}  // namespace cushare::shim

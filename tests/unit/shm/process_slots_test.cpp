@@ -1,0 +1,192 @@
+// Process slots: claim, release, full region, liveness judgement, reclaim of
+// dead and half-claimed slots, and the host-daemon view through a fake /proc.
+#include "shm/process_slots.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+
+#include "shm/quota_ledger.hpp"
+#include "test_util.hpp"
+
+namespace cushare::shm {
+namespace {
+
+ProcessIdentity me() {
+  return *self_identity();
+}
+
+TEST(ShmProcessSlots, ClaimFillsIdentityAndReleaseReturnsBytes) {
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  auto i = claim_slot(*usage, id, 111);
+  ASSERT_TRUE(i.has_value());
+  ProcessSlot& s = usage->slots[*i];
+  EXPECT_EQ(slot_state(s), SlotState::kActive);
+  EXPECT_EQ(s.pid.load(), id.pid);
+  EXPECT_EQ(s.pidns_inode.load(), id.pidns_inode);
+  EXPECT_EQ(s.start_time.load(), id.start_time);
+  EXPECT_EQ(s.heartbeat_ns.load(), 111u);
+  heartbeat(s, 222);
+  EXPECT_EQ(s.heartbeat_ns.load(), 222u);
+
+  QuotaLedger ledger(*usage);
+  ASSERT_TRUE(ledger.try_reserve(0, s, 1000, kUnlimited));
+  ASSERT_TRUE(ledger.try_reserve(7, s, 24, kUnlimited));
+  ledger.charge_overhead(7, s, 6);
+  auto returned = release_slot(*usage, *i);
+  ASSERT_TRUE(returned.has_value());
+  EXPECT_EQ(*returned, 1030u);
+  EXPECT_EQ(usage->gpus[0].used_bytes.load(), 0u);
+  EXPECT_EQ(usage->gpus[7].used_bytes.load(), 0u);
+  EXPECT_EQ(slot_state(s), SlotState::kFree);
+  EXPECT_EQ(s.pid.load(), 0u);
+  EXPECT_FALSE(release_slot(*usage, *i).has_value());  // only once
+}
+
+TEST(ShmProcessSlots, FullRegion) {
+  auto usage = std::make_unique<UsageRegion>();
+  auto id = me();
+  for (unsigned k = 0; k < kMaxSlots; ++k) ASSERT_TRUE(claim_slot(*usage, id, 1).has_value()) << k;
+  EXPECT_FALSE(claim_slot(*usage, id, 1).has_value());
+  // All owned by a live process (us): reclaiming frees nothing.
+  const auto checker = LivenessChecker::same_namespace(id.pidns_inode);
+  EXPECT_FALSE(claim_slot_reclaiming(*usage, id, 1, checker).has_value());
+  // A dead owner's slot is reclaimed to make room.
+  const pid_t child = test::fork_child([] { return 0; });
+  test::wait_child(child);
+  usage->slots[17].pid.store(static_cast<std::uint32_t>(child));
+  auto got = claim_slot_reclaiming(*usage, id, 1, checker);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, 17u);
+}
+
+TEST(ShmProcessSlots, JudgeLiveness) {
+  EXPECT_EQ(judge_liveness(100, std::nullopt), Liveness::kDead);
+  EXPECT_EQ(judge_liveness(100, ProcStat{'S', 100}), Liveness::kAlive);
+  EXPECT_EQ(judge_liveness(100, ProcStat{'R', 101}), Liveness::kDead);  // pid reused
+  EXPECT_EQ(judge_liveness(100, ProcStat{'Z', 100}), Liveness::kDead);  // zombie
+  EXPECT_EQ(judge_liveness(100, ProcStat{'X', 100}), Liveness::kDead);
+  EXPECT_EQ(judge_liveness(0, ProcStat{'S', 5}), Liveness::kAlive);  // start not recorded yet
+}
+
+TEST(ShmProcessSlots, SameNamespaceChecker) {
+  const auto id = me();
+  const auto checker = LivenessChecker::same_namespace(id.pidns_inode);
+  ProcessSlot s{};
+  EXPECT_EQ(checker.check(s), Liveness::kUnknown);  // pid 0
+  s.pid.store(id.pid);
+  s.pidns_inode.store(id.pidns_inode);
+  s.start_time.store(id.start_time);
+  EXPECT_EQ(checker.check(s), Liveness::kAlive);
+  s.start_time.store(id.start_time + 1);
+  EXPECT_EQ(checker.check(s), Liveness::kDead);
+  s.pidns_inode.store(id.pidns_inode + 1);
+  EXPECT_EQ(checker.check(s), Liveness::kUnknown);  // another namespace: not ours to judge
+}
+
+// A fake /proc for the host-daemon view.
+struct FakeProc {
+  test::TempDir dir;
+  std::uint64_t add(pid_t pid, char state, std::uint64_t start) {
+    const auto p = dir.path() / std::to_string(pid);
+    std::filesystem::create_directories(p / "ns");
+    std::ofstream(p / "stat") << pid << " (worker) " << state
+                              << " 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " << start << " 0 0\n";
+    std::ofstream(p / "ns" / "pid") << "ns";
+    struct stat sb {};
+    ::stat((p / "ns" / "pid").c_str(), &sb);
+    return sb.st_ino;
+  }
+};
+
+TEST(ShmProcessSlots, HostCheckerUsesHostPid) {
+  FakeProc proc;
+  const std::uint64_t ns = proc.add(5000, 'S', 777);
+  const auto checker = LivenessChecker::host(proc.dir.path().string());
+  ProcessSlot s{};
+  s.pid.store(12);  // container PID: meaningless on the host
+  s.pidns_inode.store(ns);
+  s.start_time.store(777);
+  EXPECT_EQ(checker.check(s), Liveness::kUnknown);  // no host PID mapped yet
+  s.host_pid.store(5000);
+  EXPECT_EQ(checker.check(s), Liveness::kAlive);
+  s.start_time.store(778);
+  EXPECT_EQ(checker.check(s), Liveness::kDead);
+  s.start_time.store(777);
+  s.pidns_inode.store(ns + 1);  // host PID now belongs to another namespace
+  EXPECT_EQ(checker.check(s), Liveness::kDead);
+  s.pidns_inode.store(ns);
+  s.host_pid.store(5001);  // gone
+  EXPECT_EQ(checker.check(s), Liveness::kDead);
+  proc.add(5002, 'Z', 777);
+  s.host_pid.store(5002);
+  EXPECT_EQ(checker.check(s), Liveness::kDead);
+}
+
+TEST(ShmProcessSlots, StuckClaimingSlots) {
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  const auto checker = LivenessChecker::same_namespace(id.pidns_inode);
+  const pid_t child = test::fork_child([] { return 0; });
+  test::wait_child(child);
+  // Died after writing its pid: reclaimable.
+  usage->slots[3].state.store(static_cast<std::uint32_t>(SlotState::kClaiming));
+  usage->slots[3].pid.store(static_cast<std::uint32_t>(child));
+  usage->slots[3].pidns_inode.store(id.pidns_inode);
+  // Died before writing its pid: cannot be judged, stays.
+  usage->slots[4].state.store(static_cast<std::uint32_t>(SlotState::kClaiming));
+  // A live claimer (us) that has not finished: stays.
+  usage->slots[5].state.store(static_cast<std::uint32_t>(SlotState::kClaiming));
+  usage->slots[5].pid.store(id.pid);
+  usage->slots[5].pidns_inode.store(id.pidns_inode);
+  const auto r = reclaim_dead_slots(*usage, checker);
+  EXPECT_EQ(r.slots, 1u);
+  EXPECT_EQ(r.bytes, 0u);
+  EXPECT_EQ(slot_state(usage->slots[3]), SlotState::kFree);
+  EXPECT_EQ(slot_state(usage->slots[4]), SlotState::kClaiming);
+  EXPECT_EQ(slot_state(usage->slots[5]), SlotState::kClaiming);
+  // The daemon's bound for pid-0 claims: explicit reclaim by expected state.
+  EXPECT_TRUE(reclaim_slot(*usage, 4, SlotState::kClaiming).has_value());
+  EXPECT_EQ(slot_state(usage->slots[4]), SlotState::kFree);
+  EXPECT_FALSE(reclaim_slot(*usage, 4, SlotState::kClaiming).has_value());
+}
+
+TEST(ShmProcessSlots, FinishingAStuckReclaimReturnsBytesOnce) {
+  auto usage = std::make_unique<UsageRegion>();
+  ProcessSlot& s = usage->slots[9];
+  usage->gpus[1].used_bytes.store(500);
+  s.bytes[1].store(300);
+  s.overhead[1].store(50);
+  s.state.store(static_cast<std::uint32_t>(SlotState::kReclaiming));  // reclaimer died here
+  EXPECT_EQ(*reclaim_slot(*usage, 9, SlotState::kReclaiming), 350u);
+  EXPECT_EQ(usage->gpus[1].used_bytes.load(), 150u);
+  EXPECT_EQ(slot_state(s), SlotState::kFree);
+  EXPECT_FALSE(reclaim_slot(*usage, 9, SlotState::kReclaiming).has_value());
+  EXPECT_EQ(usage->gpus[1].used_bytes.load(), 150u);
+}
+
+TEST(ShmProcessSlots, ReclaimNeverStealsAReclaimedAndReclaimedSlot) {
+  // The slot judged dead is freed and claimed by a live process before the
+  // reclaimer's CAS: the identity re-check puts it back untouched. Simulated
+  // with a checker judging a snapshot taken earlier.
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  auto i = claim_slot(*usage, id, 1);
+  ASSERT_TRUE(i.has_value());
+  QuotaLedger(*usage).try_reserve(0, usage->slots[*i], 42, kUnlimited);
+  SlotIdentity stale = read_identity(usage->slots[*i]);
+  stale.start_time += 1;  // "the previous owner"
+  EXPECT_NE(stale, read_identity(usage->slots[*i]));
+  // reclaim_dead_slots on the live slot finds it alive and leaves it.
+  const auto r = reclaim_dead_slots(*usage, LivenessChecker::same_namespace(id.pidns_inode));
+  EXPECT_EQ(r.slots, 0u);
+  EXPECT_EQ(usage->gpus[0].used_bytes.load(), 42u);
+  EXPECT_EQ(slot_state(usage->slots[*i]), SlotState::kActive);
+}
+
+}  // namespace
+}  // namespace cushare::shm

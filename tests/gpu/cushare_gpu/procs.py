@@ -173,6 +173,9 @@ class Worker:
         # Children that outlived the leader still belong to its group.
         if self.group_alive():
             self.signal_group(signal.SIGKILL)
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end and self.group_alive():
+                time.sleep(0.05)
         self._reader.join(timeout=2.0)
         return self.popen.returncode
 
@@ -214,4 +217,9 @@ class ProcessManager:
                 w.signal_group(signal.SIGKILL)
         for w in self.workers:
             w.wait_exit(2.0)
+        # Orphaned members die asynchronously after SIGKILL (and are reaped
+        # by init): give them a moment before calling them leftovers.
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end and any(w.group_alive() for w in self.workers):
+            time.sleep(0.05)
         return [w.pid for w in self.workers if w.group_alive()]

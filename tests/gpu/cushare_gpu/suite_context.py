@@ -58,7 +58,16 @@ class Suite:
         return ("not built: " + ", ".join(missing)) if missing else None
 
     def framework(self, name: str) -> Dict[str, Any]:
-        return self.frameworks.get(name) or {"available": False, "reason": f"{name} not probed"}
+        """The framework's detection record, with available=False (and a
+        reason) when it cannot be used here: not installed, or on fakegpu,
+        which simulates the Driver API the shim sees, not a whole CUDA stack."""
+        info = dict(self.frameworks.get(name) or {"available": False,
+                                                  "reason": f"{name} was not probed"})
+        if info.get("available") and self.simulated:
+            info["available"] = False
+            info["reason"] = (f"fakegpu run: {name} needs a real GPU (the simulator covers the "
+                              "Driver API subset the shim uses, not a framework's CUDA stack)")
+        return info
 
     # -- folders ----------------------------------------------------------------
     def new_dir(self, kind: str, name: str) -> str:

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   SpinOptions spin;
   auto* s = app.add_subcommand("spin", "busy tenant: spin kernels for a wall-clock time");
   s->add_option("--kernel-ns", spin.kernel_ns, "kernel length")->check(CLI::PositiveNumber);
-  s->add_option("--seconds", spin.seconds, "how long to run")->check(CLI::NonNegativeNumber);
+  s->add_option("--seconds", spin.seconds, "how long to run (0: until released)")->check(CLI::NonNegativeNumber);
   s->add_option("--inflight", spin.inflight, "kernels kept queued")->check(CLI::PositiveNumber);
   s->add_option("--progress-ms", spin.progress_s, "progress line interval (ms)")
       ->check(CLI::PositiveNumber)

@@ -58,13 +58,8 @@ int runAlloc(const AllocOptions& o) {
     if (o.spin_ns > 0) {
       CUstream stream = nullptr;
       check(api, api.streamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-      {
-        WorkLoop loop(api, stream, o.inflight, o.progress_s);
-        while (!control.releaseRequested()) {
-          loop.submit([&] { return dev.launchSpin(stream, o.spin_ns); });
-        }
-        loop.drain();
-      }
+      runLoop(api, stream, o.inflight, o.progress_s, 0, control,
+              [&] { return dev.launchSpin(stream, o.spin_ns); });
       api.streamDestroy(stream);
     } else {
       while (control.nextLine(-1) != "release") {

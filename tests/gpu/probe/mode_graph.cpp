@@ -78,21 +78,12 @@ int runGraph(const GraphOptions& o) {
       }
     }
     if (launched == CUDA_SUCCESS && synced == CUDA_SUCCESS && o.seconds > 0) {
-      const double start = monotonicSeconds();
-      std::uint64_t completed = 0;
-      {
-        WorkLoop loop(api, stream, o.inflight, o.progress_s);
-        while (monotonicSeconds() - start < o.seconds && !control.releaseRequested()) {
-          loop.submit([&] { return api.graphLaunch(exec, stream); });
-        }
-        loop.drain();
-        completed = loop.completed();
-      }
-      const double elapsed = monotonicSeconds() - start;
+      const LoopResult run = runLoop(api, stream, o.inflight, o.progress_s, o.seconds, control,
+                                     [&] { return api.graphLaunch(exec, stream); });
       emit({{"event", "done"},
-            {"n", completed},
-            {"seconds", elapsed},
-            {"busy_fraction", completed * o.kernels * (o.kernel_ns * 1e-9) / elapsed}});
+            {"n", run.completed},
+            {"seconds", run.seconds},
+            {"busy_fraction", run.completed * o.kernels * (o.kernel_ns * 1e-9) / run.seconds}});
     }
     api.graphExecDestroy(exec);
   }

@@ -23,22 +23,14 @@ int runSpin(const SpinOptions& o) {
       if (line == "release") return 0;
     }
   }
-  const double start = monotonicSeconds();
-  std::uint64_t completed = 0;
-  {
-    WorkLoop loop(api, stream, o.inflight, o.progress_s);
-    while (monotonicSeconds() - start < o.seconds && !control.releaseRequested()) {
-      loop.submit([&] { return dev.launchSpin(stream, o.kernel_ns); });
-    }
-    loop.drain();
-    completed = loop.completed();
-  }
-  const double elapsed = monotonicSeconds() - start;
+  const LoopResult run = runLoop(api, stream, o.inflight, o.progress_s, o.seconds, control,
+                                 [&] { return dev.launchSpin(stream, o.kernel_ns); });
   emit({{"event", "done"},
-        {"n", completed},
-        {"seconds", elapsed},
+        {"n", run.completed},
+        {"seconds", run.seconds},
         {"kernel_ns", o.kernel_ns},
-        {"busy_fraction", elapsed > 0 ? completed * (o.kernel_ns * 1e-9) / elapsed : 0.0}});
+        {"busy_fraction",
+         run.seconds > 0 ? run.completed * (o.kernel_ns * 1e-9) / run.seconds : 0.0}});
   api.streamDestroy(stream);
   return 0;
 }

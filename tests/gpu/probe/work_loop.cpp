@@ -63,4 +63,16 @@ void WorkLoop::reportIfDue(bool force) {
   emit({{"event", "progress"}, {"t", now}, {"n", completed_}});
 }
 
+LoopResult runLoop(const DriverApi& api, CUstream stream, int inflight, double progress_s,
+                   double seconds, ControlChannel& control,
+                   const std::function<CUresult()>& enqueue) {
+  const double start = monotonicSeconds();
+  WorkLoop loop(api, stream, inflight, progress_s);
+  while ((seconds <= 0 || monotonicSeconds() - start < seconds) && !control.releaseRequested()) {
+    loop.submit(enqueue);
+  }
+  loop.drain();
+  return {loop.completed(), monotonicSeconds() - start};
+}
+
 }  // namespace cushare::gpuprobe

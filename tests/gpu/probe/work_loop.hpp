@@ -5,6 +5,7 @@
 // throttled tenant from hiding behind a long queue.
 #pragma once
 
+#include "tests/gpu/probe/control.hpp"
 #include "tests/gpu/probe/driver_api.hpp"
 
 #include <cstdint>
@@ -41,5 +42,16 @@ class WorkLoop {
   std::deque<CUevent> queued_;
   std::uint64_t completed_ = 0;
 };
+
+struct LoopResult {
+  std::uint64_t completed = 0;
+  double seconds = 0;
+};
+
+// Submits `enqueue` through a WorkLoop for `seconds` of wall-clock time
+// (seconds <= 0: until released), stopping early on "release", then drains.
+LoopResult runLoop(const DriverApi& api, CUstream stream, int inflight, double progress_s,
+                   double seconds, ControlChannel& control,
+                   const std::function<CUresult()>& enqueue);
 
 }  // namespace cushare::gpuprobe

@@ -13,7 +13,7 @@ def _framework_fill(suite: Suite, r: CheckResult, d: Deadline, framework: str, s
     """Runs a framework worker that fills a 4Gi quota; returns (allocated msg, nvml)."""
     fw = suite.framework(framework)
     if not fw.get("available"):
-        r.skip(f"{framework} missing: {fw.get('reason')}")
+        r.skip(f"{framework} unavailable: {fw.get('reason')}")
         return None, None
     r.framework = f"{framework} {fw.get('version')} ({fw.get('python')})"
     run_dir = suite.new_dir("standalone", r.id)

@@ -60,7 +60,7 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
         torch = suite.framework("torch")
         if not torch.get("available"):
             r.measure("MLP training step: with / without shim", f"<= {MAX_STEP_RATIO:.2f}", None,
-                      None, note="skipped: torch missing: " + str(torch.get("reason")))
+                      None, note="skipped: torch unavailable: " + str(torch.get("reason")))
             return
         r.framework = f"torch {torch.get('version')}"
         plain, shim = [], []

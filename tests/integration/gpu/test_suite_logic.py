@@ -1,0 +1,181 @@
+"""Unit tests of the GPU suite's pure parts: verdict logic, report rendering,
+share arithmetic, region validation, and process-group cleanup."""
+
+import json
+import os
+import struct
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gpu"))
+
+from cushare_gpu import regions, report, shares  # noqa: E402
+from cushare_gpu.checks import CHECKS, select  # noqa: E402
+from cushare_gpu.procs import Deadline, ProcessManager, TimeUp, WorkerFailed  # noqa: E402
+
+
+class VerdictLogic(unittest.TestCase):
+    def test_pass_needs_a_judged_measurement_and_no_failure(self):
+        r = report.CheckResult("x", "t")
+        r.measure("a", "1", 1, True)
+        r.measure("b", "info", 2, None)
+        self.assertEqual(r.settle().status, "pass")
+
+    def test_one_failed_measurement_fails_the_check_and_is_named(self):
+        r = report.CheckResult("x", "t")
+        r.measure("a", "1", 1, True)
+        r.measure("quota held", "<= 4", 5, False)
+        r.settle()
+        self.assertEqual(r.status, "fail")
+        self.assertIn("quota held", r.reason)
+
+    def test_nothing_judged_is_an_error_not_a_pass(self):
+        r = report.CheckResult("x", "t")
+        r.measure("a", "1", None, None)
+        self.assertEqual(r.settle().status, "error")
+
+    def test_skip_and_error_are_kept(self):
+        self.assertEqual(report.CheckResult("x", "t").skip("torch missing").settle().status, "skip")
+        self.assertEqual(report.CheckResult("x", "t").error("timed out").settle().status, "error")
+
+    def test_summary_and_exit_codes(self):
+        p = report.CheckResult("1", "a")
+        p.measure("m", "", 1, True)
+        p.settle()
+        s = report.CheckResult("2", "b").skip("no torch")
+        f = report.CheckResult("3", "c")
+        f.measure("m", "", 1, False)
+        f.settle()
+        self.assertEqual(report.summarize([p, s])["verdict"], "pass")
+        self.assertEqual(report.exit_code(report.summarize([p, s])), 0)
+        self.assertEqual(report.summarize([p, s, f])["verdict"], "fail")
+        self.assertEqual(report.exit_code(report.summarize([p, f])), 1)
+        self.assertEqual(report.summarize([s])["verdict"], "skipped")
+        self.assertEqual(report.exit_code(report.summarize([s])), 3)
+        e = report.CheckResult("4", "d").error("crashed")
+        self.assertEqual(report.summarize([p, e])["verdict"], "fail")
+
+    def test_report_files(self):
+        r = report.CheckResult("2e", "memory | driver")
+        r.measure("total", "= 4 GiB", "4.000 GiB", True, note="a|b")
+        r.settle()
+        rep = report.build_report({"started": "now", "gpu": {"name": "H200"}}, [r])
+        with tempfile.TemporaryDirectory() as d:
+            report.write_report(d, rep)
+            with open(os.path.join(d, "report.json")) as f:
+                back = json.load(f)
+            with open(os.path.join(d, "report.md")) as f:
+                md = f.read()
+        self.assertEqual(back["schema"], report.SCHEMA)
+        self.assertEqual(back["checks"][0]["measurements"][0]["ok"], True)
+        self.assertIn("| 2e | memory \\| driver | PASS |", md)
+        self.assertIn("a\\|b", md)
+
+
+class ShareArithmetic(unittest.TestCase):
+    def test_rate_interpolates_within_the_window(self):
+        pts = [(0.0, 0), (1.0, 100), (2.0, 300)]
+        self.assertAlmostEqual(shares.rate(pts, 0.5, 1.5), 150.0)
+        self.assertIsNone(shares.rate(pts, -1.0, 1.0))
+        self.assertIsNone(shares.rate(pts, 1.0, 3.0))
+        self.assertIsNone(shares.rate(pts, 1.0, 1.0))
+
+    def test_progress_points_ignore_other_messages(self):
+        msgs = [{"event": "ready"}, {"event": "progress", "t": 2, "n": 5},
+                {"event": "progress", "t": 1, "n": 1}]
+        self.assertEqual(shares.progress_points(msgs), [(1.0, 1.0), (2.0, 5.0)])
+
+    def test_targets_and_errors(self):
+        self.assertEqual(shares.burst_targets({"A": 1, "B": 3}), {"A": 0.25, "B": 0.75})
+        self.assertEqual(shares.capped_targets({"A": 30, "B": 50}), {"A": 0.3, "B": 0.5})
+        self.assertAlmostEqual(sum(shares.capped_targets({"A": 80, "B": 40}).values()), 1.0)
+        self.assertEqual(shares.error_points(0.27, 0.25), 2.0)
+        self.assertTrue(shares.within(0.29, 0.25, 5))
+        self.assertFalse(shares.within(0.31, 0.25, 5))
+        self.assertIsNone(shares.within(None, 0.25, 5))
+        self.assertEqual(shares.median([3, 1, 2]), 2)
+        self.assertEqual(shares.median([4, 1, 2, 3]), 2.5)
+        self.assertIsNone(shares.ratio(1.0, 0))
+
+
+class RegionValidation(unittest.TestCase):
+    def _write(self, d, name, magic, version, size, length):
+        data = bytearray(length)
+        struct.pack_into("<QII Q", data, 0, magic, version, 128, size)
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+    def test_foreign_or_wrong_regions_are_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            self._write(d, "usage", 0x1234, 1, regions.USAGE_SIZE, regions.USAGE_SIZE)
+            with self.assertRaisesRegex(regions.RegionError, "magic"):
+                regions.read_usage(d)
+            self._write(d, "usage", regions.USAGE_MAGIC, 2, regions.USAGE_SIZE, regions.USAGE_SIZE)
+            with self.assertRaisesRegex(regions.RegionError, "version"):
+                regions.read_usage(d)
+            self._write(d, "usage", regions.USAGE_MAGIC, 1, regions.USAGE_SIZE, 4096)
+            with self.assertRaisesRegex(regions.RegionError, "size"):
+                regions.read_usage(d)
+            self.assertIsNone(regions.used_bytes(d))
+
+    def test_ledger_fields_at_their_offsets(self):
+        with tempfile.TemporaryDirectory() as d:
+            data = bytearray(regions.USAGE_SIZE)
+            struct.pack_into("<QIIQ", data, 0, regions.USAGE_MAGIC, 1, 128, regions.USAGE_SIZE)
+            struct.pack_into("<I", data, 128, 1)                       # gpu_count
+            struct.pack_into("<Q", data, 256, 3 << 30)                 # gpus[0].used_bytes
+            struct.pack_into("<Q", data, 256 + 32, 7)                  # gpus[0].launches
+            slot = regions.SLOTS_OFFSET + 5 * regions.SLOT
+            struct.pack_into("<II", data, slot, regions.SLOT_ACTIVE, 4242)
+            struct.pack_into("<Q", data, slot + 40, 1 << 30)           # bytes[0]
+            with open(os.path.join(d, "usage"), "wb") as f:
+                f.write(data)
+            self.assertEqual(regions.used_bytes(d), 3 << 30)
+            u = regions.read_usage(d)
+            self.assertEqual(u["gpus"][0]["launches"], 7)
+            self.assertEqual(regions.active_slots(d)[0]["pid"], 4242)
+            self.assertEqual(regions.active_slots(d)[0]["bytes"][0], 1 << 30)
+
+
+class ProcessCleanup(unittest.TestCase):
+    def test_cleanup_kills_whole_groups_and_waits_report_exits(self):
+        with tempfile.TemporaryDirectory() as d:
+            pm = ProcessManager(os.path.join(d, "logs"), os.path.join(d, ".pids"))
+            # A worker whose child ignores SIGTERM and outlives its parent's exit.
+            w = pm.spawn("tree", ["/bin/sh", "-c",
+                                  "trap '' TERM; (trap '' TERM; sleep 60) & "
+                                  "echo '@@cushare {\"event\":\"ready\"}'; sleep 60"], dict(os.environ))
+            w.wait_event("ready", Deadline(10), 10)
+            self.assertTrue(w.group_alive())
+            self.assertEqual(pm.cleanup(), [])
+            self.assertFalse(w.group_alive())
+            with open(os.path.join(d, ".pids")) as f:
+                self.assertEqual(f.read().split(), [str(w.pid)])
+
+    def test_waits_fail_fast_on_exit_and_on_time(self):
+        with tempfile.TemporaryDirectory() as d:
+            pm = ProcessManager(os.path.join(d, "logs"), os.path.join(d, ".pids"))
+            w = pm.spawn("quits", ["/bin/sh", "-c", "echo boom; exit 3"], dict(os.environ))
+            with self.assertRaisesRegex(WorkerFailed, "exited with 3.*boom"):
+                w.wait_event("ready", Deadline(10), 10)
+            w2 = pm.spawn("silent", ["/bin/sleep", "30"], dict(os.environ))
+            t0 = time.monotonic()
+            with self.assertRaises(TimeUp):
+                w2.wait_event("ready", Deadline(0.5), 10)
+            self.assertLess(time.monotonic() - t0, 3)
+            pm.cleanup()
+
+
+class Registry(unittest.TestCase):
+    def test_ids_are_unique_and_selection_validates(self):
+        ids = [c.id for c in CHECKS]
+        self.assertEqual(len(ids), len(set(ids)))
+        self.assertEqual([c.id for c in select("5,1")], ["1", "5"])
+        with self.assertRaisesRegex(ValueError, "unknown"):
+            select("9")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,57 @@
+#pragma once
+// The simulated device engines. Pure logic on SharedState with an explicit
+// `now` (CLOCK_MONOTONIC ns): no syscalls, no clock reads, so it is unit-tested
+// with a fake clock. Callers hold the state mutex.
+//
+// Model: one engine per device. A context's items run in submission order.
+// Contexts with runnable work share the engine round-robin in timeslices; a
+// context is switched out at a slice boundary (even mid-kernel: the kernel is
+// preempted and resumes later) only if another context is waiting, and as
+// soon as its queue is empty or blocked. A lone context runs back to back.
+// Simulation is lazy: advance() replays the timeline from clock_ns to now.
+#include <cstdint>
+
+#include "tests/fakegpu/core/layout.hpp"
+
+namespace fakegpu {
+
+// Simulates every device up to `now`.
+void advance_all(SharedState& s, uint64_t now);
+void advance_device(SharedState& s, uint32_t device, uint64_t now);
+
+// Appends an item to a context's queue (after advancing its device to now).
+// Returns the item's sequence number, or 0 if the queue holds `depth` items.
+uint64_t enqueue(SharedState& s, int32_t ctx, ItemKind kind, uint64_t duration_ns, int32_t slot,
+                 uint64_t ticket, uint32_t depth, uint64_t now);
+
+// Lower bound on the time from `now` until context `ctx` has completed item
+// `seq`, assuming nothing else arrives. Used to sleep instead of spinning.
+uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now);
+
+// Memory: charges `bytes` on `device` to process `proc`; false if the device
+// lacks the capacity (nothing is charged then).
+bool charge(SharedState& s, int32_t proc, uint32_t device, uint64_t bytes);
+void uncharge(SharedState& s, int32_t proc, uint32_t device, uint64_t bytes);
+
+// Creates a context (charging its overhead). Returns the slot or -1 with
+// *oom set when memory, or not when the table, is exhausted.
+int32_t create_context(SharedState& s, int32_t proc, uint32_t device, uint64_t overhead,
+                       uint64_t now, bool* oom);
+// Destroys a context: its queued work is dropped, its overhead returned.
+void destroy_context(SharedState& s, int32_t ctx, uint64_t now);
+// Frees everything a process held, as the driver does when a process dies.
+void release_process(SharedState& s, int32_t proc, uint64_t now);
+
+// Event slots.
+int32_t create_event(SharedState& s, int32_t proc);
+void destroy_event(SharedState& s, int32_t slot);
+
+// Busy time of a device (or one process on it) between checkpoint history and now.
+// Returns false if `since_ns` predates the kept history; *busy and *span then
+// cover the oldest kept checkpoint..now.
+bool device_busy_since(const SharedState& s, uint32_t device, uint64_t since_ns, uint64_t now,
+                       uint64_t* busy, uint64_t* span);
+bool process_busy_since(const SharedState& s, int32_t proc, uint32_t device, uint64_t since_ns,
+                        uint64_t now, uint64_t* busy, uint64_t* span);
+
+}  // namespace fakegpu

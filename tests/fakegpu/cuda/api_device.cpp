@@ -1,0 +1,654 @@
+// Initialisation, versions, errors, devices, primary and explicit contexts.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "tests/fakegpu/cuda/driver.hpp"
+
+using namespace fakegpu;
+
+namespace {
+
+CUresult device_index(CUdevice dev) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (dev < 0 || static_cast<uint32_t>(dev) >= driver().config.devices.size())
+    return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+const DeviceSlot& device_slot(CUdevice dev) {
+  return driver().file->state().devices[dev];
+}
+
+CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Context** out) {
+  Driver& d = driver();
+  bool oom = false;
+  int32_t slot;
+  uint64_t generation = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    StateLock lock(*d.file, attempt == 1);
+    slot = create_context(lock.state(), d.proc, static_cast<uint32_t>(dev),
+                          lock.state().header.context_overhead, lock.now(), &oom);
+    if (slot >= 0) {
+      generation = lock.state().contexts[slot].generation;
+      break;
+    }
+  }
+  if (slot < 0) return oom ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OUT_OF_MEMORY;
+  auto* ctx = new Context();
+  ctx->slot = slot;
+  ctx->generation = generation;
+  ctx->device = dev;
+  ctx->primary = primary;
+  ctx->flags = flags;
+  ctx->default_stream.ctx = ctx;
+  std::lock_guard<std::mutex> guard(d.mu);
+  ctx->id = d.next_id++;
+  ctx->default_stream.id = 0;
+  d.contexts.push_back(ctx);
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+void destroy_context_object(Context* ctx) {
+  Driver& d = driver();
+  {
+    StateLock lock(*d.file);
+    SharedState& s = lock.state();
+    if (s.contexts[ctx->slot].generation == ctx->generation)
+      destroy_context(s, ctx->slot, lock.now());
+  }
+  std::lock_guard<std::mutex> guard(d.mu);
+  std::erase(d.contexts, ctx);
+  ctx->magic = 0;  // the handle stays allocated so stale uses fail cleanly instead of crashing
+}
+
+}  // namespace
+
+FAKEGPU_API CUresult cuInit(unsigned int Flags) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  if (d.initialized && d.pid == getpid())
+    return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  ConfigResult loaded = load_config();
+  if (!loaded.config) {
+    std::fprintf(stderr, "%s\n", loaded.error.c_str());
+    d.init_error = CUDA_ERROR_INVALID_VALUE;
+    return d.init_error;
+  }
+  d.config = *loaded.config;
+  std::string error;
+  d.file = StateFile::open(d.config, error);
+  if (d.file == nullptr) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    d.init_error = CUDA_ERROR_OPERATING_SYSTEM;
+    return d.init_error;
+  }
+  StateLock lock(*d.file, true);
+  SharedState& s = lock.state();
+  if (s.header.device_count != d.config.devices.size()) {
+    std::fprintf(stderr,
+                 "fakegpu: state file '%s' describes %u devices but FAKEGPU_DEVICES gives %zu; "
+                 "use the same FAKEGPU_DEVICES for every process or run fakegpu-stat --reset\n",
+                 d.file->path().c_str(), s.header.device_count, d.config.devices.size());
+    d.init_error = CUDA_ERROR_INVALID_VALUE;
+    return d.init_error;
+  }
+  // Register this process: a free slot, else the longest-exited one.
+  int32_t chosen = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(kMaxProcs); ++i) {
+    if (s.procs[i].state == SlotState::free) {
+      chosen = i;
+      break;
+    }
+    if (s.procs[i].state == SlotState::exited &&
+        (chosen < 0 || s.procs[i].registered_ns < s.procs[chosen].registered_ns)) {
+      chosen = i;
+    }
+  }
+  if (chosen < 0) {
+    std::fprintf(stderr, "fakegpu: more than %u live processes on state file '%s'\n", kMaxProcs,
+                 d.file->path().c_str());
+    d.init_error = CUDA_ERROR_OPERATING_SYSTEM;
+    return d.init_error;
+  }
+  ProcSlot& p = s.procs[chosen];
+  std::memset(static_cast<void*>(&p), 0, sizeof p);
+  p.pid = getpid();
+  p.start_ticks = process_start_ticks(p.pid);
+  p.registered_ns = lock.now();
+  p.state = SlotState::live;
+  d.proc = chosen;
+  d.pid = p.pid;
+  d.initialized = true;
+  d.init_error = CUDA_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Works before cuInit, like the real driver.
+  Driver& d = driver();
+  if (d.initialized) {
+    *driverVersion = d.config.driver_version;
+    return CUDA_SUCCESS;
+  }
+  ConfigResult loaded = load_config();
+  if (!loaded.config) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = loaded.config->driver_version;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+#define FAKEGPU_ERROR(value, name, text) \
+  case value:                            \
+    *pStr = name;                        \
+    return CUDA_SUCCESS;
+#include "tests/fakegpu/cuda/error_table.inc"
+#undef FAKEGPU_ERROR
+    default:
+      *pStr = nullptr;
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FAKEGPU_API CUresult cuGetErrorString(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+#define FAKEGPU_ERROR(value, name, text) \
+  case value:                            \
+    *pStr = text;                        \
+    return CUDA_SUCCESS;
+#include "tests/fakegpu/cuda/error_table.inc"
+#undef FAKEGPU_ERROR
+    default:
+      *pStr = nullptr;
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FAKEGPU_API CUresult cuDeviceGetCount(int* count) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = static_cast<int>(driver().config.devices.size());
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal < 0 || static_cast<size_t>(ordinal) >= driver().config.devices.size())
+    return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", device_slot(dev).name);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(uuid->bytes, device_slot(dev).uuid_bytes, 16);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  return cuDeviceGetUuid(uuid, dev);
+}
+
+FAKEGPU_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = device_slot(dev).total_mem;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *major = device_slot(dev).cc_major;
+  *minor = device_slot(dev).cc_minor;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
+    return CUDA_ERROR_INVALID_VALUE;
+  const DeviceSlot& d = device_slot(dev);
+  int v = 0;
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      v = static_cast<int>(d.sms);
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      v = d.cc_major;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      v = d.cc_minor;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      v = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      v = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      v = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      v = 64;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      v = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      v = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      v = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      v = 49152;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      v = 232448;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      v = 233472;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      v = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      v = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      v = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      v = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      v = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      v = 1980000;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      v = 2619000;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      v = 5120;
+      break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      v = 50331648;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      v = 2048;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      v = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+      v = 512;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+      v = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      v = 2;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      v = 0x18 + dev;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      v = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+      v = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+      v = CU_COMPUTEMODE_DEFAULT;
+      break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+      v = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+      v = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+      v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+      break;
+    default:
+      v = 0;
+      break;
+  }
+  *pi = v;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(pciBusId, static_cast<size_t>(len), "00000000:%02X:00.0", 0x18 + dev);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < driver().config.devices.size(); ++i) {
+    char id[32];
+    std::snprintf(id, sizeof id, "00000000:%02X:00.0", 0x18 + static_cast<int>(i));
+    if (strcasecmp(id, pciBusId) == 0 || strcasecmp(id + 4, pciBusId) == 0) {
+      *dev = static_cast<CUdevice>(i);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
+}
+
+// ---- primary contexts ----
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  static std::mutex creating;  // one primary context per device, even under racing threads
+  std::lock_guard<std::mutex> once(creating);
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    if (d.primary[dev] != nullptr && d.primary[dev]->magic == kContextMagic) {
+      ++d.primary_refs[dev];
+      *pctx = reinterpret_cast<CUcontext>(d.primary[dev]);
+      return CUDA_SUCCESS;
+    }
+  }
+  Context* ctx = nullptr;
+  if (CUresult r = create_context_object(dev, d.primary_flags[dev], true, &ctx); r != CUDA_SUCCESS)
+    return r;
+  std::lock_guard<std::mutex> guard(d.mu);
+  d.primary[dev] = ctx;
+  d.primary_refs[dev] = 1;
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  Context* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    if (d.primary[dev] == nullptr || d.primary_refs[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--d.primary_refs[dev] == 0) {
+      victim = d.primary[dev];
+      d.primary[dev] = nullptr;
+    }
+  }
+  if (victim) {
+    wait_for(victim, victim->last_seq.load());
+    destroy_context_object(victim);
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  d.primary_flags[dev] = flags;
+  if (d.primary[dev]) d.primary[dev]->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  *flags = d.primary_flags[dev];
+  *active = d.primary[dev] != nullptr && d.primary_refs[dev] > 0;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  Context* victim = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    victim = d.primary[dev];
+    d.primary[dev] = nullptr;
+    d.primary_refs[dev] = 0;
+  }
+  if (victim) destroy_context_object(victim);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return cuDevicePrimaryCtxReset_v2(dev);
+}
+
+// ---- explicit contexts ----
+
+FAKEGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr || (flags & ~0x1fu)) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = nullptr;
+  if (CUresult r = create_context_object(dev, flags, false, &ctx); r != CUDA_SUCCESS) return r;
+  context_stack().push_back(ctx);  // a new context becomes current
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray,
+                                    int numParams, unsigned int flags, CUdevice dev) {
+  if (numParams < 0 || (numParams > 0 && paramsArray == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+FAKEGPU_API CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
+                                    unsigned int flags, CUdevice dev) {
+  if (ctxCreateParams && ctxCreateParams->cigParams) return CUDA_ERROR_NOT_SUPPORTED;
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+FAKEGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  wait_for(c, c->last_seq.load());
+  std::erase(context_stack(), c);
+  destroy_context_object(c);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  context_stack().push_back(c);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto& stack = context_stack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (c != nullptr && c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  set_current(c);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(current_context());
+  return CUDA_SUCCESS;
+}
+
+namespace {
+Context* ctx_or_current(CUcontext ctx) {
+  return ctx ? reinterpret_cast<Context*>(ctx) : current_context();
+}
+}  // namespace
+
+FAKEGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = current_context();
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = c->device;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = ctx_or_current(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = c->device;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = ctx_or_current(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult r = wait_for(c, c->last_seq.load());
+  if (r == CUDA_SUCCESS) trim_pools_after_sync();
+  return r;
+}
+
+FAKEGPU_API CUresult cuCtxSynchronize(void) {
+  return cuCtxSynchronize_v2(nullptr);
+}
+
+FAKEGPU_API CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = current_context();
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = c->flags;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxSetFlags(unsigned int flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = current_context();
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  c->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = ctx_or_current(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctxId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctxId = c->id;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = ctx_or_current(ctx);
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 3020;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (leastPriority) *leastPriority = 0;
+  if (greatestPriority) *greatestPriority = -5;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pvalue == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+      *pvalue = 1024;
+      return CUDA_SUCCESS;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+      *pvalue = 1 << 20;
+      return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      *pvalue = 8 << 20;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  }
+}
+
+FAKEGPU_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  (void)value;
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      return CUDA_SUCCESS;  // accepted; not charged (see docs/fakegpu.md)
+    default:
+      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  }
+}
+
+FAKEGPU_API CUresult cuCtxGetCacheConfig(CUfunc_cache* pconfig) {
+  if (pconfig == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pconfig = CU_FUNC_CACHE_PREFER_NONE;
+  return check_ready();
+}
+
+FAKEGPU_API CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  (void)config;
+  return check_ready();
+}

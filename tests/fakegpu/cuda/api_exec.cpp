@@ -1,0 +1,679 @@
+// Modules, libraries, kernels and their launches; streams, events, host callbacks.
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tests/fakegpu/cuda/driver.hpp"
+
+using namespace fakegpu;
+
+namespace {
+
+std::set<Module*>& modules() {
+  static auto* set = new std::set<Module*>();
+  return *set;
+}
+
+// Size of a module image: PTX is NUL-terminated text; ELF cubins and fatbins
+// carry their sizes in their headers; a fatbin wrapper points at a fatbin.
+std::string image_bytes(const void* image, bool* ptx) {
+  const auto* p = static_cast<const unsigned char*>(image);
+  *ptx = false;
+  uint32_t magic = 0;
+  std::memcpy(&magic, p, 4);
+  if (magic == 0x466243b1) {  // __fatBinC_Wrapper_t { magic, version, data, filename }
+    const void* data = nullptr;
+    std::memcpy(&data, p + 8, sizeof data);
+    return data ? image_bytes(data, ptx) : std::string();
+  }
+  if (magic == 0xBA55ED50) {  // fatbin header { magic, u16 version, u16 header size, u64 fat size }
+    uint16_t header = 0;
+    uint64_t fat = 0;
+    std::memcpy(&header, p + 6, 2);
+    std::memcpy(&fat, p + 8, 8);
+    return std::string(reinterpret_cast<const char*>(p), header + fat);
+  }
+  if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    uint64_t shoff = 0;
+    uint16_t shentsize = 0, shnum = 0;
+    std::memcpy(&shoff, p + 0x28, 8);
+    std::memcpy(&shentsize, p + 0x3A, 2);
+    std::memcpy(&shnum, p + 0x3C, 2);
+    return std::string(reinterpret_cast<const char*>(p), shoff + uint64_t{shentsize} * shnum);
+  }
+  *ptx = true;
+  return std::string(reinterpret_cast<const char*>(p));
+}
+
+bool ptx_has_entry(const std::string& ptx, const std::string& name) {
+  size_t at = 0;
+  while ((at = ptx.find(".entry", at)) != std::string::npos) {
+    at += 6;
+    size_t start = ptx.find_first_not_of(" \t\r\n", at);
+    if (start == std::string::npos) return false;
+    size_t end = ptx.find_first_of(" \t\r\n(", start);
+    if (ptx.compare(start, end - start, name) == 0) return true;
+  }
+  return false;
+}
+
+CUresult load_module(const void* image, bool library, Module** out) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (image == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!library && current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* m = new Module();
+  m->image = image_bytes(image, &m->ptx);
+  m->library = library;
+  if (m->ptx && m->image.find(".entry") == std::string::npos &&
+      m->image.find(".version") == std::string::npos) {
+    delete m;
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  std::lock_guard<std::mutex> guard(driver().mu);
+  modules().insert(m);
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult read_file(const char* path, std::string& bytes) {
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  bytes.assign(std::istreambuf_iterator<char>(in), {});
+  bytes.push_back('\0');
+  return CUDA_SUCCESS;
+}
+
+CUresult get_function(Module* m, const char* name, Function** out) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (!modules().count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = m->functions.find(name);
+  if (it == m->functions.end()) {
+    const bool found = m->ptx ? ptx_has_entry(m->image, name)
+                              : m->image.find(std::string(name) + '\0') != std::string::npos;
+    if (!found) return CUDA_ERROR_NOT_FOUND;
+    auto fn = std::make_unique<Function>();
+    fn->name = name;
+    fn->spin = std::strstr(name, "spin") != nullptr;
+    fn->module = m;
+    it = m->functions.emplace(name, std::move(fn)).first;
+  }
+  *out = it->second.get();
+  return CUDA_SUCCESS;
+}
+
+CUresult unload(Module* m) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (!modules().erase(m)) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& [name, fn] : m->functions) fn->magic = 0;
+  // Function objects stay allocated (leaked) so a late launch fails cleanly.
+  for (auto& [name, fn] : m->functions) (void)fn.release();
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shared, CUstream stream, void** params, void** extra) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Function* fn = as_function(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (uint64_t{bx} * by * bz > 1024 || bx > 1024 || by > 1024 || bz > 64 || gy > 65535 ||
+      gz > 65535 || shared > 232448) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  const uint64_t ns = kernel_duration_ns(fn, params, extra);
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_kernel(s, ns);
+  return submit(s, ItemKind::kernel, ns);
+}
+
+CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                params, extra);
+}
+
+// ---- streams ----
+
+std::set<Stream*>& streams() {
+  static auto* set = new std::set<Stream*>();
+  return *set;
+}
+
+CUresult stream_sync(CUstream stream) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  CUresult r = wait_for(s->ctx, s->last_seq.load());
+  if (r == CUDA_SUCCESS) trim_pools_after_sync();
+  return r;
+}
+
+CUresult stream_query(CUstream stream) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return query(s->ctx, s->last_seq.load());
+}
+
+// ---- events ----
+
+Event* as_event(CUevent e) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  return ev && ev->magic == kEventMagic ? ev : nullptr;
+}
+
+CUresult event_record(CUevent event, CUstream stream, unsigned flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Event* e = as_event(event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_event_record(s, e);
+  const uint64_t ticket = e->next_ticket.fetch_add(1) + 1;
+  uint64_t seq = 0;
+  if (CUresult r = submit(s, ItemKind::marker, 0, e->slot, ticket, &seq); r != CUDA_SUCCESS)
+    return r;
+  uint64_t seen = e->ticket.load();
+  while (seen < ticket && !e->ticket.compare_exchange_weak(seen, ticket)) {
+  }
+  e->ctx = s->ctx;
+  e->captured = false;
+  return CUDA_SUCCESS;
+}
+
+// State of an event: CUDA_SUCCESS when its latest record completed (or it
+// was never recorded), CUDA_ERROR_NOT_READY otherwise; *time_ns if asked.
+CUresult event_state(Event* e, uint64_t* time_ns) {
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  const EventSlot& slot = lock.state().events[e->slot];
+  if (e->ticket == 0) return CUDA_SUCCESS;
+  if (slot.completed < e->ticket) return CUDA_ERROR_NOT_READY;
+  if (time_ns) *time_ns = slot.time_ns;
+  return CUDA_SUCCESS;
+}
+
+struct HostCall {
+  Context* ctx;
+  uint64_t reach_seq;  // the callback runs once the stream completed this
+  int32_t slot;
+  CUhostFn fn;
+  CUstreamCallback callback;
+  CUstream stream;
+  void* user;
+};
+
+// Runs one host callback when its stream position is reached, then lets the
+// stream continue (the callback blocks later work, as on hardware).
+void run_host_call(HostCall call) {
+  CUresult status = wait_for(call.ctx, call.reach_seq);
+  if (call.fn && status == CUDA_SUCCESS) call.fn(call.user);
+  if (call.callback) call.callback(call.stream, status, call.user);
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  EventSlot& slot = lock.state().events[call.slot];
+  slot.host_done = 1;
+}
+
+CUresult host_call(CUstream stream, CUhostFn fn, CUstreamCallback callback, void* user) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (fn == nullptr && callback == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  Driver& d = driver();
+  int32_t slot;
+  {
+    StateLock lock(*d.file);
+    slot = create_event(lock.state(), d.proc);
+  }
+  if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t seq = 0;
+  if (CUresult r = submit(s, ItemKind::host_fn, 0, slot, 1, &seq); r != CUDA_SUCCESS) return r;
+  HostCall call{s->ctx, seq - 1, slot, fn, callback, stream, user};
+  std::thread([call] {
+    run_host_call(call);
+    // The slot is freed once the item after the callback has been consumed.
+    Driver& drv = driver();
+    wait_for(call.ctx, call.reach_seq + 1);
+    StateLock lock(*drv.file);
+    destroy_event(lock.state(), call.slot);
+  }).detach();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// ---- modules ----
+
+FAKEGPU_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  Module* m = nullptr;
+  CUresult r = load_module(image, false, &m);
+  if (r == CUDA_SUCCESS) *module = reinterpret_cast<CUmodule>(m);
+  return r;
+}
+
+FAKEGPU_API CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
+                                        unsigned int numOptions, CUjit_option* options,
+                                        void** optionValues) {
+  (void)numOptions, (void)options, (void)optionValues;
+  return cuModuleLoadData(module, image);
+}
+
+FAKEGPU_API CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return cuModuleLoadData(module, fatCubin);
+}
+
+FAKEGPU_API CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::string bytes;
+  if (CUresult r = read_file(fname, bytes); r != CUDA_SUCCESS) return r;
+  return cuModuleLoadData(module, bytes.data());
+}
+
+FAKEGPU_API CUresult cuModuleUnload(CUmodule hmod) {
+  return unload(reinterpret_cast<Module*>(hmod));
+}
+
+FAKEGPU_API CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  Function* fn = nullptr;
+  CUresult r = get_function(reinterpret_cast<Module*>(hmod), name, &fn);
+  if (r == CUDA_SUCCESS) *hfunc = reinterpret_cast<CUfunction>(fn);
+  return r;
+}
+
+FAKEGPU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod,
+                                          const char* name) {
+  (void)dptr, (void)bytes, (void)hmod, (void)name;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return CUDA_ERROR_NOT_FOUND;  // module globals are not modelled
+}
+
+FAKEGPU_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_LAZY_LOADING;
+  return check_ready();
+}
+
+// ---- libraries and kernels (a CUkernel is usable as a CUfunction) ----
+
+FAKEGPU_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
+                                       CUjit_option* jitOptions, void** jitOptionsValues,
+                                       unsigned int numJitOptions, CUlibraryOption* libraryOptions,
+                                       void** libraryOptionValues, unsigned int numLibraryOptions) {
+  (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+  (void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+  Module* m = nullptr;
+  CUresult r = load_module(code, true, &m);
+  if (r == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(m);
+  return r;
+}
+
+FAKEGPU_API CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
+                                           CUjit_option* jitOptions, void** jitOptionsValues,
+                                           unsigned int numJitOptions,
+                                           CUlibraryOption* libraryOptions,
+                                           void** libraryOptionValues,
+                                           unsigned int numLibraryOptions) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::string bytes;
+  if (CUresult r = read_file(fileName, bytes); r != CUDA_SUCCESS) return r;
+  return cuLibraryLoadData(library, bytes.data(), jitOptions, jitOptionsValues, numJitOptions,
+                           libraryOptions, libraryOptionValues, numLibraryOptions);
+}
+
+FAKEGPU_API CUresult cuLibraryUnload(CUlibrary library) {
+  return unload(reinterpret_cast<Module*>(library));
+}
+
+FAKEGPU_API CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  Function* fn = nullptr;
+  CUresult r = get_function(reinterpret_cast<Module*>(library), name, &fn);
+  if (r == CUDA_SUCCESS) *pKernel = reinterpret_cast<CUkernel>(fn);
+  return r;
+}
+
+FAKEGPU_API CUresult cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pMod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pMod = reinterpret_cast<CUmodule>(library);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (as_function(reinterpret_cast<CUfunction>(kernel)) == nullptr)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *pFunc = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Function* fn = as_function(hfunc);
+  if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *name = fn->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
+  return cuFuncGetName(name, reinterpret_cast<CUfunction>(hfunc));
+}
+
+FAKEGPU_API CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pi == nullptr || as_function(hfunc) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *pi = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *pi = 16;
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *pi = 90;
+      break;
+    default:
+      *pi = 0;
+      break;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+  (void)attrib, (void)value;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return as_function(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FAKEGPU_API CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
+  (void)config;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return as_function(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FAKEGPU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func,
+                                                                 int blockSize,
+                                                                 size_t dynamicSMemSize) {
+  (void)dynamicSMemSize;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (numBlocks == nullptr || as_function(func) == nullptr || blockSize <= 0 || blockSize > 1024) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *numBlocks = std::min(32, 2048 / blockSize);
+  return CUDA_SUCCESS;
+}
+
+// ---- launches ----
+
+#define FAKEGPU_LAUNCH_PARAMS                                                         \
+  (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
+   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,            \
+   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra)
+#define FAKEGPU_LAUNCH_ARGS                                                                  \
+  f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
+      kernelParams, extra
+
+FAKEGPU_API CUresult cuLaunchKernel FAKEGPU_LAUNCH_PARAMS {
+  return launch(FAKEGPU_LAUNCH_ARGS);
+}
+FAKEGPU_API CUresult cuLaunchKernel_ptsz FAKEGPU_LAUNCH_PARAMS {
+  return launch(FAKEGPU_LAUNCH_ARGS);
+}
+
+FAKEGPU_API CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
+                                      void** kernelParams, void** extra) {
+  return launch_ex(config, f, kernelParams, extra);
+}
+FAKEGPU_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                           void** kernelParams, void** extra) {
+  return launch_ex(config, f, kernelParams, extra);
+}
+
+#define FAKEGPU_COOP_PARAMS                                                           \
+  (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
+   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,            \
+   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams)
+FAKEGPU_API CUresult cuLaunchCooperativeKernel FAKEGPU_COOP_PARAMS {
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                hStream, kernelParams, nullptr);
+}
+FAKEGPU_API CUresult cuLaunchCooperativeKernel_ptsz FAKEGPU_COOP_PARAMS {
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                hStream, kernelParams, nullptr);
+}
+
+FAKEGPU_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  return host_call(hStream, fn, nullptr, userData);
+}
+FAKEGPU_API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  return host_call(hStream, fn, nullptr, userData);
+}
+FAKEGPU_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
+                                         void* userData, unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return host_call(hStream, nullptr, callback, userData);
+}
+FAKEGPU_API CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
+                                              void* userData, unsigned int flags) {
+  return cuStreamAddCallback(hStream, callback, userData, flags);
+}
+
+// ---- streams ----
+
+FAKEGPU_API CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags,
+                                                int priority) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (phStream == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)))
+    return CUDA_ERROR_INVALID_VALUE;
+  Context* c = current_context();
+  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* s = new Stream();
+  s->ctx = c;
+  s->flags = flags;
+  s->priority = std::clamp(priority, -5, 0);
+  std::lock_guard<std::mutex> guard(driver().mu);
+  s->id = driver().next_id++;
+  streams().insert(s);
+  *phStream = reinterpret_cast<CUstream>(s);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  return cuStreamCreateWithPriority(phStream, Flags, 0);
+}
+
+FAKEGPU_API CUresult cuStreamDestroy_v2(CUstream hStream) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* s = reinterpret_cast<Stream*>(hStream);
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (!streams().erase(s)) return CUDA_ERROR_INVALID_HANDLE;
+  // Work already queued still runs (the driver defers the destruction); the
+  // handle object is kept so late uses fail cleanly.
+  s->magic = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuStreamSynchronize(CUstream hStream) {
+  return stream_sync(hStream);
+}
+FAKEGPU_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  return stream_sync(hStream);
+}
+FAKEGPU_API CUresult cuStreamQuery(CUstream hStream) {
+  return stream_query(hStream);
+}
+FAKEGPU_API CUresult cuStreamQuery_ptsz(CUstream hStream) {
+  return stream_query(hStream);
+}
+
+namespace {
+CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (Flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  Event* e = as_event(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return CUDA_SUCCESS;  // ordering inside a graph is sequential
+  if (e->ticket == 0 || e->ctx == s->ctx) return CUDA_SUCCESS;  // same context: already ordered
+  return submit(s, ItemKind::wait_event, 0, e->slot, e->ticket);
+}
+
+template <typename T>
+CUresult stream_field(CUstream hStream, T* out, T (*get)(Stream*)) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  *out = get(s);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKEGPU_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  return stream_wait_event(hStream, hEvent, Flags);
+}
+FAKEGPU_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  return stream_wait_event(hStream, hEvent, Flags);
+}
+
+#define FAKEGPU_STREAM_GETTER(name, type, expr)                                      \
+  FAKEGPU_API CUresult name(CUstream hStream, type* out) {                           \
+    return stream_field<type>(hStream, out, [](Stream* s) -> type { return expr; }); \
+  }                                                                                  \
+  FAKEGPU_API CUresult name##_ptsz(CUstream hStream, type* out) {                    \
+    return stream_field<type>(hStream, out, [](Stream* s) -> type { return expr; }); \
+  }
+FAKEGPU_STREAM_GETTER(cuStreamGetFlags, unsigned int, s->flags)
+FAKEGPU_STREAM_GETTER(cuStreamGetPriority, int, s->priority)
+FAKEGPU_STREAM_GETTER(cuStreamGetId, unsigned long long, s->id)
+FAKEGPU_STREAM_GETTER(cuStreamGetCtx, CUcontext, reinterpret_cast<CUcontext>(s->ctx))
+FAKEGPU_STREAM_GETTER(cuStreamGetDevice, CUdevice, s->ctx->device)
+
+// ---- events ----
+
+FAKEGPU_API CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (phEvent == nullptr || (Flags & ~0xFu)) return CUDA_ERROR_INVALID_VALUE;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Driver& d = driver();
+  int32_t slot;
+  {
+    StateLock lock(*d.file);
+    slot = create_event(lock.state(), d.proc);
+  }
+  if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto* e = new Event();
+  e->slot = slot;
+  e->flags = Flags;
+  e->ctx = current_context();
+  *phEvent = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuEventDestroy_v2(CUevent hEvent) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Event* e = as_event(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Driver& d = driver();
+  {
+    StateLock lock(*d.file);
+    destroy_event(lock.state(), e->slot);
+  }
+  e->magic = 0;  // kept allocated: late uses fail cleanly
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream, 0);
+}
+FAKEGPU_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream, 0);
+}
+FAKEGPU_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return event_record(hEvent, hStream, flags);
+}
+FAKEGPU_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                                 unsigned int flags) {
+  return event_record(hEvent, hStream, flags);
+}
+
+FAKEGPU_API CUresult cuEventQuery(CUevent hEvent) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Event* e = as_event(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return event_state(e, nullptr);
+}
+
+FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Event* e = as_event(hEvent);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  for (;;) {
+    CUresult r = event_state(e, nullptr);
+    if (r == CUDA_SUCCESS) trim_pools_after_sync();
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    // Sleep until roughly when the context could have reached the marker.
+    uint64_t wake;
+    {
+      Driver& d = driver();
+      StateLock lock(*d.file);
+      const ContextSlot& c = lock.state().contexts[e->ctx->slot];
+      uint64_t target = c.completed_seq + 1;
+      for (uint32_t i = 0; i < c.count; ++i) {
+        const WorkItem& item = c.items[(c.head + i) % kQueueCap];
+        if (item.kind == ItemKind::marker && item.slot == e->slot && item.ticket == e->ticket)
+          target = item.seq;
+      }
+      wake = lock.now() +
+             std::clamp<uint64_t>(wait_hint_ns(lock.state(), e->ctx->slot, target, lock.now()),
+                                  20'000, 50'000'000);
+    }
+    sleep_until_ns(wake);
+  }
+}
+
+namespace {
+CUresult elapsed(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Event *a = as_event(hStart), *b = as_event(hEnd);
+  if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (a->ticket == 0 || b->ticket == 0) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t ta = 0, tb = 0;
+  if (CUresult r = event_state(a, &ta); r != CUDA_SUCCESS) return r;
+  if (CUresult r = event_state(b, &tb); r != CUDA_SUCCESS) return r;
+  *pMilliseconds = static_cast<float>((static_cast<double>(tb) - static_cast<double>(ta)) / 1e6);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKEGPU_API CUresult cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return elapsed(pMilliseconds, hStart, hEnd);
+}
+FAKEGPU_API CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return elapsed(pMilliseconds, hStart, hEnd);
+}

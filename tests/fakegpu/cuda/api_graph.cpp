@@ -1,0 +1,332 @@
+// Stream capture and graphs. A graph is a sequence of timed nodes; launching
+// it submits them in order on the stream (dependencies are not modelled: a
+// graph's kernels never overlap each other).
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "tests/fakegpu/cuda/driver.hpp"
+
+using namespace fakegpu;
+
+namespace fakegpu {
+
+struct GraphNode {
+  uint32_t magic = 0x60DE0001;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  uint64_t duration_ns = 0;
+};
+
+struct Graph {
+  uint32_t magic = 0x6AF00001;
+  std::vector<GraphNode*> nodes;
+};
+
+struct GraphExec {
+  uint32_t magic = 0x6E7E0001;
+  std::vector<uint64_t> kernels;  // durations, in order
+};
+
+}  // namespace fakegpu
+
+namespace {
+
+thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+std::atomic<uint64_t> next_capture_id{1};
+
+Graph* as_graph(CUgraph g) {
+  auto* graph = reinterpret_cast<Graph*>(g);
+  return graph && graph->magic == 0x6AF00001 ? graph : nullptr;
+}
+
+GraphExec* as_exec(CUgraphExec g) {
+  auto* exec = reinterpret_cast<GraphExec*>(g);
+  return exec && exec->magic == 0x6E7E0001 ? exec : nullptr;
+}
+
+GraphNode* add_node(Graph* g, CUgraphNodeType type, uint64_t ns) {
+  auto* node = new GraphNode();
+  node->type = type;
+  node->duration_ns = ns;
+  g->nodes.push_back(node);
+  return node;
+}
+
+CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (is_builtin_stream(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  s->graph = new Graph();
+  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  s->capture_mode = mode;
+  s->capture_id = next_capture_id++;
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  *phGraph = reinterpret_cast<CUgraph>(s->graph);
+  s->graph = nullptr;
+  s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus* status) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  *status = s->capture;
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_info(CUstream hStream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                      CUgraph* graph, const CUgraphNode** deps, size_t* numDeps) {
+  if (CUresult r = is_capturing(hStream, status); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  resolve_stream(hStream, &s);
+  if (id) *id = s->capture_id;
+  if (graph) *graph = reinterpret_cast<CUgraph>(s->graph);
+  const bool active =
+      s->capture != CU_STREAM_CAPTURE_STATUS_NONE && s->graph && !s->graph->nodes.empty();
+  if (deps)
+    *deps = active ? reinterpret_cast<const CUgraphNode*>(&s->graph->nodes.back()) : nullptr;
+  if (numDeps) *numDeps = active ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Graph* g = as_graph(hGraph);
+  if (phGraphExec == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* exec = new GraphExec();
+  for (GraphNode* n : g->nodes) {
+    if (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+        n->type == CU_GRAPH_NODE_TYPE_MEMSET) {
+      exec->kernels.push_back(n->duration_ns);
+    }
+  }
+  *phGraphExec = reinterpret_cast<CUgraphExec>(exec);
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  GraphExec* exec = as_exec(hGraphExec);
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  for (uint64_t ns : exec->kernels) {
+    CUresult r = s->capture != CU_STREAM_CAPTURE_STATUS_NONE ? capture_kernel(s, ns)
+                                                             : submit(s, ItemKind::kernel, ns);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_upload(CUgraphExec hGraphExec, CUstream hStream) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (as_exec(hGraphExec) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return resolve_stream(hStream, &s);
+}
+
+}  // namespace
+
+namespace fakegpu {
+
+CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
+  add_node(s->graph, CU_GRAPH_NODE_TYPE_KERNEL, duration_ns);
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_event_record(Stream* s, Event* e) {
+  (void)s;
+  e->captured = true;  // querying an event recorded during capture is illegal
+  return CUDA_SUCCESS;
+}
+
+}  // namespace fakegpu
+
+FAKEGPU_API CUresult cuStreamBeginCapture(CUstream hStream) {
+  return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKEGPU_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+  return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKEGPU_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin_capture(hStream, mode);
+}
+FAKEGPU_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin_capture(hStream, mode);
+}
+FAKEGPU_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return end_capture(hStream, phGraph);
+}
+FAKEGPU_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return end_capture(hStream, phGraph);
+}
+FAKEGPU_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return is_capturing(hStream, captureStatus);
+}
+FAKEGPU_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
+                                              CUstreamCaptureStatus* captureStatus) {
+  return is_capturing(hStream, captureStatus);
+}
+FAKEGPU_API CUresult cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                               CUstreamCaptureStatus* captureStatus_out,
+                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                               const CUgraphNode** dependencies_out,
+                                               size_t* numDependencies_out) {
+  return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                      numDependencies_out);
+}
+FAKEGPU_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                    CUstreamCaptureStatus* captureStatus_out,
+                                                    cuuint64_t* id_out, CUgraph* graph_out,
+                                                    const CUgraphNode** dependencies_out,
+                                                    size_t* numDependencies_out) {
+  return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                      numDependencies_out);
+}
+FAKEGPU_API CUresult cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                               CUstreamCaptureStatus* captureStatus_out,
+                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                               const CUgraphNode** dependencies_out,
+                                               const CUgraphEdgeData** edgeData_out,
+                                               size_t* numDependencies_out) {
+  if (edgeData_out) *edgeData_out = nullptr;
+  return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                      numDependencies_out);
+}
+FAKEGPU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                    CUstreamCaptureStatus* captureStatus_out,
+                                                    cuuint64_t* id_out, CUgraph* graph_out,
+                                                    const CUgraphNode** dependencies_out,
+                                                    const CUgraphEdgeData** edgeData_out,
+                                                    size_t* numDependencies_out) {
+  if (edgeData_out) *edgeData_out = nullptr;
+  return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                      numDependencies_out);
+}
+
+FAKEGPU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, tls_capture_mode);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  *phGraph = reinterpret_cast<CUgraph>(new Graph());
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphDestroy(CUgraph hGraph) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Graph* g = as_graph(hGraph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (GraphNode* n : g->nodes) delete n;
+  g->magic = 0;
+  delete g;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                             const CUgraphNode* dependencies,
+                                             size_t numDependencies,
+                                             const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  (void)dependencies, (void)numDependencies;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Graph* g = as_graph(hGraph);
+  if (g == nullptr || phGraphNode == nullptr || nodeParams == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  Function* fn = as_function(nodeParams->func ? nodeParams->func
+                                              : reinterpret_cast<CUfunction>(nodeParams->kern));
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphNode = reinterpret_cast<CUgraphNode>(
+      add_node(g, CU_GRAPH_NODE_TYPE_KERNEL,
+               kernel_duration_ns(fn, nodeParams->kernelParams, nodeParams->extra)));
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode* dependencies, size_t numDependencies) {
+  (void)dependencies, (void)numDependencies;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Graph* g = as_graph(hGraph);
+  if (g == nullptr || phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphNode = reinterpret_cast<CUgraphNode>(add_node(g, CU_GRAPH_NODE_TYPE_EMPTY, 0));
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Graph* g = as_graph(hGraph);
+  if (g == nullptr || numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes) {
+    const size_t n = std::min(*numNodes, g->nodes.size());
+    for (size_t i = 0; i < n; ++i) nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i]);
+    *numNodes = n;
+  } else {
+    *numNodes = g->nodes.size();
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* n = reinterpret_cast<GraphNode*>(hNode);
+  if (n == nullptr || type == nullptr || n->magic != 0x60DE0001) return CUDA_ERROR_INVALID_VALUE;
+  *type = n->type;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 unsigned long long flags) {
+  (void)flags;
+  return instantiate(phGraphExec, hGraph);
+}
+
+FAKEGPU_API CUresult cuGraphInstantiateWithParams(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  CUresult r = instantiate(phGraphExec, hGraph);
+  if (instantiateParams)
+    instantiateParams->result_out =
+        r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+FAKEGPU_API CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  return cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+}
+
+FAKEGPU_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  GraphExec* exec = as_exec(hGraphExec);
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  exec->magic = 0;
+  delete exec;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_launch(hGraphExec, hStream);
+}
+FAKEGPU_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_launch(hGraphExec, hStream);
+}
+FAKEGPU_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_upload(hGraphExec, hStream);
+}
+FAKEGPU_API CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_upload(hGraphExec, hStream);
+}

@@ -1,0 +1,660 @@
+// Device, pitched, managed, host and array memory; copies and memsets; IPC.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "tests/fakegpu/cuda/driver.hpp"
+
+using namespace fakegpu;
+
+namespace {
+
+constexpr uint64_t kAlign = 512;
+uint64_t round_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+CUresult need_context(Context** out) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = current_context();
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->magic != kContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+// Reserves addresses, charges the device and records the region.
+CUresult allocate_region(uint64_t size, RegionKind kind, int device, CUdeviceptr* out,
+                         uint64_t alignment = kAlign) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t charged = round_up(size, kAlign);
+  if (CUresult r = charge_device(device, charged); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  std::unique_lock<std::mutex> guard(d.mu);
+  const uint64_t base =
+      va_alloc(size, std::max<uint64_t>(alignment, size >= (2ull << 20) ? (2ull << 20) : kAlign));
+  if (base == 0) {
+    guard.unlock();
+    uncharge_device(device, charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Region r;
+  r.size = size;
+  r.kind = kind;
+  r.device = device;
+  r.charged = charged;
+  r.backing = std::make_shared<Backing>();
+  r.backing->size = size;
+  d.regions[base] = std::move(r);
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+// Frees a region of one of `kinds`; returns INVALID_VALUE for unknown pointers.
+CUresult free_region(uint64_t base, std::initializer_list<RegionKind> kinds) {
+  Driver& d = driver();
+  Region victim;
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    auto it = d.regions.find(base);
+    if (it == d.regions.end() ||
+        std::find(kinds.begin(), kinds.end(), it->second.kind) == kinds.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    victim = std::move(it->second);
+    d.regions.erase(it);
+    if (victim.owns_va) va_release(base, victim.size);
+    if (victim.backing && victim.backing->lazy && victim.backing.use_count() == 1) {
+      d.backed_bytes -= std::min(d.backed_bytes, victim.backing->size);
+    }
+  }
+  if (victim.mapped_host && victim.backing && victim.backing->host)
+    munmap(victim.backing->host, victim.size);
+  if (victim.charged) uncharge_device(victim.device, victim.charged);
+  return CUDA_SUCCESS;
+}
+
+// Runs a copy/memset: moves the bytes now, then occupies `stream` for the
+// simulated transfer time; synchronous forms wait for it.
+CUresult run_transfer(CUstream stream, uint64_t bytes, bool device_local, bool sync) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  const uint64_t ns = copy_duration_ns(bytes, device_local);
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (sync) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return capture_kernel(s, ns);
+  }
+  uint64_t seq = 0;
+  if (CUresult r = submit(s, ItemKind::copy, ns, -1, 0, &seq); r != CUDA_SUCCESS) return r;
+  return sync ? wait_for(s->ctx, seq) : CUDA_SUCCESS;
+}
+
+bool is_device(uint64_t addr) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  Region* r = find_region(addr, 1);
+  return r && r->kind != RegionKind::host && r->kind != RegionKind::managed;
+}
+
+CUresult memcpy_generic(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  const bool dd = is_device(dst), sd = is_device(src);
+  if (CUresult r = copy_bytes(dst, false, src, false, n); r != CUDA_SUCCESS) return r;
+  return run_transfer(stream, n, dd && sd, sync);
+}
+
+CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (src == nullptr && n) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = copy_bytes(dst, true, reinterpret_cast<uint64_t>(src), false, n);
+      r != CUDA_SUCCESS)
+    return r;
+  return run_transfer(stream, n, false, sync);
+}
+
+CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (dst == nullptr && n) return CUDA_ERROR_INVALID_VALUE;
+  // The bytes are what the device holds once earlier work on the stream ran;
+  // fakegpu moves data at call time, so synchronous reads first wait.
+  if (CUresult r = copy_bytes(reinterpret_cast<uint64_t>(dst), false, src, true, n);
+      r != CUDA_SUCCESS)
+    return r;
+  return run_transfer(stream, n, false, sync);
+}
+
+CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (CUresult r = copy_bytes(dst, true, src, true, n); r != CUDA_SUCCESS) return r;
+  return run_transfer(stream, n, true, sync);
+}
+
+CUresult memset_any(CUdeviceptr dst, uint64_t esize, uint64_t value, uint64_t count, uint64_t pitch,
+                    uint64_t width, uint64_t height, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (CUresult r = fill_bytes(dst, esize, value, count, pitch, width, height); r != CUDA_SUCCESS)
+    return r;
+  const uint64_t bytes = height ? width * esize * height : count * esize;
+  return run_transfer(stream, bytes, true, sync);
+}
+
+CUresult copy2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto address = [](CUmemorytype type, const void* host, CUdeviceptr dev, uint64_t& out,
+                    bool& device) -> bool {
+    switch (type) {
+      case CU_MEMORYTYPE_HOST:
+        out = reinterpret_cast<uint64_t>(host);
+        device = false;
+        return true;
+      case CU_MEMORYTYPE_DEVICE:
+        out = dev;
+        device = true;
+        return true;
+      case CU_MEMORYTYPE_UNIFIED:
+        out = dev;
+        device = false;
+        return true;
+      default:
+        return false;  // arrays: not supported
+    }
+  };
+  uint64_t src = 0, dst = 0;
+  bool sd = false, dd = false;
+  if (!address(p->srcMemoryType, p->srcHost, p->srcDevice, src, sd) ||
+      !address(p->dstMemoryType, p->dstHost, p->dstDevice, dst, dd)) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  for (size_t y = 0; y < p->Height; ++y) {
+    const uint64_t s = src + (p->srcY + y) * p->srcPitch + p->srcXInBytes;
+    const uint64_t t = dst + (p->dstY + y) * p->dstPitch + p->dstXInBytes;
+    if (CUresult r = copy_bytes(t, dd, s, sd, p->WidthInBytes); r != CUDA_SUCCESS) return r;
+  }
+  return run_transfer(stream, p->WidthInBytes * p->Height, sd && dd, sync);
+}
+
+struct ArrayObject {
+  uint32_t magic = 0xA77A0001;
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  uint64_t bytes = 0;
+  int device = 0;
+};
+std::set<ArrayObject*>& arrays() {
+  static auto* set = new std::set<ArrayObject*>();
+  return *set;
+}
+
+uint64_t format_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  const uint64_t fb = format_bytes(desc.Format);
+  if (out == nullptr || fb == 0 || desc.Width == 0 ||
+      (desc.NumChannels != 1 && desc.NumChannels != 2 && desc.NumChannels != 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Arrays live in opaque, tiled layouts; charge the texel bytes rounded to 2 MiB pages.
+  const uint64_t bytes = round_up(desc.Width * std::max<size_t>(desc.Height, 1) *
+                                      std::max<size_t>(desc.Depth, 1) * desc.NumChannels * fb,
+                                  2ull << 20);
+  if (CUresult r = charge_device(c->device, bytes); r != CUDA_SUCCESS) return r;
+  auto* a = new ArrayObject();
+  a->desc = desc;
+  a->bytes = bytes;
+  a->device = c->device;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  arrays().insert(a);
+  *out = reinterpret_cast<CUarray>(a);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// ---- allocation ----
+
+FAKEGPU_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return allocate_region(bytesize, RegionKind::device, c->device, dptr);
+}
+
+FAKEGPU_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                                        size_t Height, unsigned int ElementSizeBytes) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0 ||
+      (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const size_t pitch = round_up(WidthInBytes, 512);  // texture pitch alignment of current GPUs
+  if (CUresult r = allocate_region(pitch * Height, RegionKind::pitch, c->device, dptr);
+      r != CUDA_SUCCESS)
+    return r;
+  *pPitch = pitch;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0 ||
+      (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Managed memory is host-accessible: back it with lazily committed host pages.
+  // It is charged to the device at allocation (resident-on-touch is not modelled).
+  const uint64_t charged = round_up(bytesize, kAlign);
+  if (CUresult r = charge_device(c->device, charged); r != CUDA_SUCCESS) return r;
+  void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    uncharge_device(c->device, charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Region r;
+  r.size = bytesize;
+  r.kind = RegionKind::managed;
+  r.device = c->device;
+  r.charged = charged;
+  r.owns_va = false;
+  r.mapped_host = true;
+  r.backing = std::make_shared<Backing>();
+  r.backing->size = bytesize;
+  r.backing->host = static_cast<uint8_t*>(p);
+  std::lock_guard<std::mutex> guard(driver().mu);
+  driver().regions[reinterpret_cast<uint64_t>(p)] = std::move(r);
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (dptr == 0) return CUDA_SUCCESS;
+  // cuMemFree synchronises the device like the real driver's implicit sync.
+  if (Context* c = current_context(); c && c->magic == kContextMagic)
+    wait_for(c, c->last_seq.load());
+  return free_region(
+      dptr, {RegionKind::device, RegionKind::pitch, RegionKind::managed, RegionKind::async});
+}
+
+FAKEGPU_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  const DeviceSlot& dev = lock.state().devices[c->device];
+  if (free) *free = dev.total_mem - std::min(dev.used_mem, dev.total_mem);
+  if (total) *total = dev.total_mem;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  uint64_t base = 0;
+  Region* r = find_region(dptr, 1, &base);
+  if (r == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (pbase) *pbase = base;
+  if (psize) *psize = r->size;
+  return CUDA_SUCCESS;
+}
+
+// ---- host memory (pinned host memory is not device memory) ----
+
+FAKEGPU_API CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (pp == nullptr || bytesize == 0 || (Flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Region r;
+  r.size = bytesize;
+  r.kind = RegionKind::host;
+  r.device = c->device;
+  r.owns_va = false;
+  r.mapped_host = true;
+  r.backing = std::make_shared<Backing>();
+  r.backing->size = bytesize;
+  r.backing->host = static_cast<uint8_t*>(p);
+  std::lock_guard<std::mutex> guard(driver().mu);
+  driver().regions[reinterpret_cast<uint64_t>(p)] = std::move(r);
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return cuMemHostAlloc(pp, bytesize, 0);
+}
+
+FAKEGPU_API CUresult cuMemFreeHost(void* p) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return free_region(reinterpret_cast<uint64_t>(p), {RegionKind::host});
+}
+
+FAKEGPU_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  Region* r = find_region(reinterpret_cast<uint64_t>(p), 1);
+  if (r == nullptr || r->kind != RegionKind::host) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: same address
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemHostGetFlags(unsigned int* pFlags, void* p) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (pFlags == nullptr || find_region(reinterpret_cast<uint64_t>(p), 1) == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pFlags = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  (void)Flags;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (p == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;  // page-locking is not modelled; the memory stays ordinary host memory
+}
+
+FAKEGPU_API CUresult cuMemHostUnregister(void* p) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- pointer attributes ----
+
+FAKEGPU_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                           CUdeviceptr ptr) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  uint64_t base = 0;
+  Region* r = find_region(ptr, 1, &base);
+  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: {
+      Context* owner = d.primary[r->device];
+      for (Context* c : d.contexts) {
+        if (!owner && c->device == r->device) owner = c;
+      }
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(owner);
+      return CUDA_SUCCESS;
+    }
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) =
+          r->kind == RegionKind::host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (r->kind != RegionKind::host && r->kind != RegionKind::managed)
+        return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = r->kind == RegionKind::managed;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = r->device;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = r->size;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<unsigned*>(data) = 1;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+      *static_cast<unsigned*>(data) = 1;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+FAKEGPU_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
+                                            CUpointer_attribute* attributes, void** data,
+                                            CUdeviceptr ptr) {
+  if (attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < numAttributes; ++i) {
+    if (CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr); r != CUDA_SUCCESS)
+      return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- copies (sync forms wait for completion on the context's default stream) ----
+
+#define FAKEGPU_SYNC_AND_PTDS(ret, name, params, call) \
+  FAKEGPU_API ret name params {                        \
+    return call;                                       \
+  }                                                    \
+  FAKEGPU_API ret name##_ptds params {                 \
+    return call;                                       \
+  }
+#define FAKEGPU_ASYNC_AND_PTSZ(ret, name, params, call) \
+  FAKEGPU_API ret name params {                         \
+    return call;                                        \
+  }                                                     \
+  FAKEGPU_API ret name##_ptsz params {                  \
+    return call;                                        \
+  }
+
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n),
+                      htod(dst, src, n, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n),
+                      dtoh(dst, src, n, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+                      dtod(dst, src, n, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
+                      memcpy_generic(dst, src, n, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p), copy2d(p, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* p),
+                      copy2d(p, nullptr, true))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyHtoDAsync_v2,
+                       (CUdeviceptr dst, const void* src, size_t n, CUstream s),
+                       htod(dst, src, n, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyDtoHAsync_v2,
+                       (void* dst, CUdeviceptr src, size_t n, CUstream s),
+                       dtoh(dst, src, n, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyDtoDAsync_v2,
+                       (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+                       dtod(dst, src, n, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyAsync,
+                       (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+                       memcpy_generic(dst, src, n, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* p, CUstream s),
+                       copy2d(p, s, false))
+
+// ---- memsets ----
+
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
+                      memset_any(d, 1, v, n, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
+                      memset_any(d, 2, v, n, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
+                      memset_any(d, 4, v, n, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D8_v2,
+                      (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),
+                      memset_any(d, 1, v, 0, p, w, h, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D16_v2,
+                      (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),
+                      memset_any(d, 2, v, 0, p, w, h, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D32_v2,
+                      (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),
+                      memset_any(d, 4, v, 0, p, w, h, nullptr, true))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD8Async,
+                       (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+                       memset_any(d, 1, v, n, 0, 0, 0, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD16Async,
+                       (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+                       memset_any(d, 2, v, n, 0, 0, 0, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD32Async,
+                       (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+                       memset_any(d, 4, v, n, 0, 0, 0, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D8Async,
+                       (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream s),
+                       memset_any(d, 1, v, 0, p, w, h, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D16Async,
+                       (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream s),
+                       memset_any(d, 2, v, 0, p, w, h, s, false))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D32Async,
+                       (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream s),
+                       memset_any(d, 4, v, 0, p, w, h, s, false))
+
+// ---- arrays ----
+
+FAKEGPU_API CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = d->Width;
+  desc.Height = d->Height;
+  desc.Format = d->Format;
+  desc.NumChannels = d->NumChannels;
+  return create_array(pHandle, desc);
+}
+
+FAKEGPU_API CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return create_array(pHandle, *d);
+}
+
+FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* a = reinterpret_cast<ArrayObject*>(hArray);
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    if (arrays().erase(a) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  uncharge_device(a->device, a->bytes);
+  delete a;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out, CUarray hArray) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  auto* a = reinterpret_cast<ArrayObject*>(hArray);
+  if (out == nullptr || !arrays().count(a)) return CUDA_ERROR_INVALID_HANDLE;
+  *out = a->desc;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* out, CUarray hArray) {
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  if (CUresult r = cuArray3DGetDescriptor_v2(&d, hArray); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  out->Width = d.Width;
+  out->Height = d.Height;
+  out->Format = d.Format;
+  out->NumChannels = d.NumChannels;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,
+                                                  CUarray array, CUdevice dev) {
+  (void)dev;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  auto* a = reinterpret_cast<ArrayObject*>(array);
+  if (req == nullptr || !arrays().count(a)) return CUDA_ERROR_INVALID_VALUE;
+  *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
+  req->size = a->bytes;
+  req->alignment = 2ull << 20;
+  return CUDA_SUCCESS;
+}
+
+// ---- IPC: an import gets its own address range, is never charged, and does
+// not share bytes with the exporter (see docs/fakegpu.md) ----
+
+namespace {
+struct IpcPayload {
+  uint32_t magic;
+  int32_t pid;
+  uint64_t base;
+  uint64_t size;
+  int32_t device;
+};
+static_assert(sizeof(IpcPayload) <= CU_IPC_HANDLE_SIZE);
+}  // namespace
+
+FAKEGPU_API CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  uint64_t base = 0;
+  Region* r = find_region(dptr, 1, &base);
+  if (r == nullptr || (r->kind != RegionKind::device && r->kind != RegionKind::pitch))
+    return CUDA_ERROR_INVALID_VALUE;
+  IpcPayload p{0x1CC0FFEE, getpid(), base, r->size, r->device};
+  std::memset(pHandle, 0, sizeof *pHandle);
+  std::memcpy(pHandle->reserved, &p, sizeof p);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
+                                           unsigned int Flags) {
+  (void)Flags;
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  IpcPayload p{};
+  std::memcpy(&p, handle.reserved, sizeof p);
+  if (pdptr == nullptr || p.magic != 0x1CC0FFEE) return CUDA_ERROR_INVALID_VALUE;
+  if (p.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // a process cannot open its own handle
+  if (process_start_ticks(p.pid) == 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  const uint64_t base = va_alloc(p.size, 2ull << 20);
+  if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  Region r;
+  r.size = p.size;
+  r.kind = RegionKind::ipc;
+  r.device = p.device;
+  r.backing = std::make_shared<Backing>();
+  r.backing->size = p.size;
+  r.backing->unbacked = true;
+  d.regions[base] = std::move(r);
+  *pdptr = base;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return free_region(dptr, {RegionKind::ipc});
+}

@@ -1,0 +1,321 @@
+#include "tests/fakegpu/cuda/driver.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace fakegpu {
+
+Driver& driver() {
+  static Driver* instance =
+      new Driver();  // never destroyed: other threads may still call in at exit
+  return *instance;
+}
+
+namespace {
+
+thread_local std::vector<Context*> tls_stack;
+
+// The driver frees a process's contexts and memory when it exits.
+__attribute__((destructor)) void release_at_exit() {
+  Driver& d = driver();
+  if (!d.initialized || d.file == nullptr || d.pid != getpid()) return;
+  d.shut_down = true;
+  StateLock lock(*d.file);
+  release_process(lock.state(), d.proc, lock.now());
+}
+
+}  // namespace
+
+std::vector<Context*>& context_stack() {
+  return tls_stack;
+}
+
+CUresult check_ready() {
+  Driver& d = driver();
+  if (d.shut_down.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
+  if (!d.initialized)
+    return d.init_error != CUDA_SUCCESS ? d.init_error : CUDA_ERROR_NOT_INITIALIZED;
+  if (d.pid != getpid()) return CUDA_ERROR_NOT_INITIALIZED;  // forked child: CUDA is unusable there
+  return CUDA_SUCCESS;
+}
+
+Context* current_context() {
+  return tls_stack.empty() ? nullptr : tls_stack.back();
+}
+
+void set_current(Context* ctx) {
+  if (tls_stack.empty()) {
+    if (ctx) tls_stack.push_back(ctx);
+  } else if (ctx) {
+    tls_stack.back() = ctx;
+  } else {
+    tls_stack.pop_back();
+  }
+}
+
+CUresult validate_context(Context* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  const ContextSlot& slot = lock.state().contexts[ctx->slot];
+  if (slot.state != SlotState::live || slot.generation != ctx->generation)
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return CUDA_SUCCESS;
+}
+
+bool is_builtin_stream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
+
+CUresult resolve_stream(CUstream stream, Stream** out) {
+  if (is_builtin_stream(stream)) {
+    Context* ctx = current_context();
+    if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    *out = &ctx->default_stream;
+    return CUDA_SUCCESS;
+  }
+  auto* s = reinterpret_cast<Stream*>(stream);
+  if (s->magic != kStreamMagic || s->ctx == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+uint64_t clamp_sleep(uint64_t hint) {
+  return std::clamp<uint64_t>(hint, 20'000, 50'000'000);
+}
+
+bool slot_matches(const SharedState& s, const Context* ctx) {
+  const ContextSlot& c = s.contexts[ctx->slot];
+  return c.state == SlotState::live && c.generation == ctx->generation;
+}
+
+}  // namespace
+
+CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slot, uint64_t ticket,
+                uint64_t* seq) {
+  Driver& d = driver();
+  Context* ctx = stream->ctx;
+  const uint32_t depth = d.config.queue_depth;
+  for (;;) {
+    uint64_t wake;
+    {
+      StateLock lock(*d.file);
+      SharedState& s = lock.state();
+      if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      const uint64_t n = enqueue(s, ctx->slot, kind, duration_ns, slot, ticket, depth, lock.now());
+      if (n != 0) {
+        stream->last_seq.store(n, std::memory_order_relaxed);
+        ctx->last_seq.store(n, std::memory_order_relaxed);
+        if (seq) *seq = n;
+        return CUDA_SUCCESS;
+      }
+      // Queue full: like a full push buffer, block until it has drained to
+      // half (waking per slot would cost a wake-up per kernel).
+      const ContextSlot& c = s.contexts[ctx->slot];
+      const uint64_t half = c.items[(c.head + c.count / 2) % kQueueCap].seq;
+      wake = lock.now() + clamp_sleep(wait_hint_ns(s, ctx->slot, half, lock.now()));
+    }
+    sleep_until_ns(wake);
+  }
+}
+
+CUresult query(Context* ctx, uint64_t seq) {
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  const SharedState& s = lock.state();
+  if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return s.contexts[ctx->slot].completed_seq >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult wait_for(Context* ctx, uint64_t seq) {
+  Driver& d = driver();
+  for (;;) {
+    uint64_t wake;
+    {
+      StateLock lock(*d.file);
+      const SharedState& s = lock.state();
+      if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      if (s.contexts[ctx->slot].completed_seq >= seq) return CUDA_SUCCESS;
+      wake = lock.now() + clamp_sleep(wait_hint_ns(s, ctx->slot, seq, lock.now()));
+    }
+    sleep_until_ns(wake);
+  }
+}
+
+uint64_t va_alloc(uint64_t size, uint64_t alignment) {
+  Driver& d = driver();
+  if (d.va_base == 0) {
+    // 4 TiB of PROT_NONE address space: no memory, just unique device-like addresses.
+    const uint64_t want = 4ull << 40;
+    void* p = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    d.va_size = want;
+    d.va_base = (reinterpret_cast<uint64_t>(p) + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+    d.va_free[d.va_base] = want - (d.va_base - reinterpret_cast<uint64_t>(p));
+  }
+  size = (size + 511) & ~uint64_t{511};
+  for (auto it = d.va_free.begin(); it != d.va_free.end(); ++it) {
+    const uint64_t start = (it->first + alignment - 1) & ~(alignment - 1);
+    const uint64_t end = it->first + it->second;
+    if (start + size > end) continue;
+    const uint64_t free_base = it->first;
+    d.va_free.erase(it);
+    if (start > free_base) d.va_free[free_base] = start - free_base;
+    if (start + size < end) d.va_free[start + size] = end - (start + size);
+    return start;
+  }
+  return 0;
+}
+
+void va_release(uint64_t base, uint64_t size) {
+  Driver& d = driver();
+  size = (size + 511) & ~uint64_t{511};
+  auto [it, inserted] = d.va_free.emplace(base, size);
+  if (!inserted) return;
+  auto next = std::next(it);
+  if (next != d.va_free.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    d.va_free.erase(next);
+  }
+  if (it != d.va_free.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      d.va_free.erase(it);
+    }
+  }
+}
+
+Region* find_region(uint64_t addr, uint64_t len, uint64_t* base_out) {
+  Driver& d = driver();
+  auto it = d.regions.upper_bound(addr);
+  if (it == d.regions.begin()) return nullptr;
+  --it;
+  if (addr < it->first || addr + len > it->first + it->second.size || addr + len < addr)
+    return nullptr;
+  if (base_out) *base_out = it->first;
+  return &it->second;
+}
+
+uint8_t* backing_bytes(Region& r, uint64_t offset, bool for_write) {
+  Backing* b = r.backing.get();
+  if (!b) return nullptr;
+  offset += r.backing_offset;
+  if (b->host) return b->host + offset;
+  if (!b->lazy && !b->unbacked && for_write) {
+    Driver& d = driver();
+    if (d.backed_bytes + b->size <= d.config.host_backing_limit) {
+      b->lazy.reset(new (std::nothrow) uint8_t[b->size]());
+      if (b->lazy) d.backed_bytes += b->size;
+    }
+    if (!b->lazy) b->unbacked = true;
+  }
+  return b->lazy ? b->lazy.get() + offset : nullptr;
+}
+
+CUresult charge_device(int device, uint64_t bytes) {
+  Driver& d = driver();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    StateLock lock(*d.file, attempt == 1);
+    if (charge(lock.state(), d.proc, static_cast<uint32_t>(device), bytes)) return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void uncharge_device(int device, uint64_t bytes) {
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  uncharge(lock.state(), d.proc, static_cast<uint32_t>(device), bytes);
+}
+
+uint64_t copy_duration_ns(uint64_t bytes, bool device_local) {
+  const long double bw =
+      static_cast<long double>(driver().config.copy_bytes_per_s) * (device_local ? 10 : 1);
+  return static_cast<uint64_t>(static_cast<long double>(bytes) * 1e9L / bw);
+}
+
+namespace {
+
+// Resolves one side of a copy to host-visible bytes. Host addresses are used
+// as they are; device addresses must lie inside a known region.
+CUresult side(uint64_t addr, bool device, uint64_t bytes, bool write, uint8_t** out) {
+  Region* r = find_region(addr, bytes, nullptr);
+  if (r == nullptr) {
+    if (device) return CUDA_ERROR_INVALID_VALUE;
+    *out = reinterpret_cast<uint8_t*>(addr);
+    return CUDA_SUCCESS;
+  }
+  uint64_t base = 0;
+  find_region(addr, bytes, &base);
+  *out = backing_bytes(*r, addr - base, write);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult copy_bytes(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes) {
+  if (bytes == 0) return CUDA_SUCCESS;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  uint8_t *to = nullptr, *from = nullptr;
+  if (CUresult r = side(dst, dst_device, bytes, true, &to); r != CUDA_SUCCESS) return r;
+  if (CUresult r = side(src, src_device, bytes, false, &from); r != CUDA_SUCCESS) return r;
+  if (to == nullptr) return CUDA_SUCCESS;  // unbacked destination: the bytes are not kept
+  if (from == nullptr) {
+    std::memset(to, 0, bytes);
+  } else {
+    std::memmove(to, from, bytes);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult fill_bytes(uint64_t dst, uint64_t element_size, uint64_t value, uint64_t count,
+                    uint64_t pitch, uint64_t width_elements, uint64_t height) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  const uint64_t row_bytes = width_elements * element_size;
+  const uint64_t span = height == 0 ? count * element_size : pitch * (height - 1) + row_bytes;
+  if (span == 0) return CUDA_SUCCESS;
+  uint64_t base = 0;
+  Region* r = find_region(dst, span, &base);
+  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint8_t* bytes = backing_bytes(*r, dst - base, true);
+  if (bytes == nullptr) return CUDA_SUCCESS;
+  auto fill_row = [&](uint8_t* p, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) std::memcpy(p + i * element_size, &value, element_size);
+  };
+  if (height == 0) {
+    fill_row(bytes, count);
+  } else {
+    for (uint64_t y = 0; y < height; ++y) fill_row(bytes + y * pitch, width_elements);
+  }
+  return CUDA_SUCCESS;
+}
+
+Function* as_function(CUfunction f) {
+  auto* fn = reinterpret_cast<Function*>(f);
+  return fn && fn->magic == kFunctionMagic ? fn : nullptr;
+}
+
+uint64_t kernel_duration_ns(const Function* f, void** params, void** extra) {
+  if (!f->spin) return driver().config.kernel_ns;
+  uint64_t ns = 0;
+  if (params && params[0]) {
+    std::memcpy(&ns, params[0], sizeof ns);
+  } else if (extra) {
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER && extra[i + 1])
+        std::memcpy(&ns, extra[i + 1], sizeof ns);
+    }
+  }
+  return ns;
+}
+
+}  // namespace fakegpu

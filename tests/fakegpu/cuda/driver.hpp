@@ -1,0 +1,186 @@
+#pragma once
+// Process-local side of the simulated driver: handles (contexts, streams,
+// events, modules), the device address space with optional host backing, and
+// the helpers every API entry point uses to reach the shared engine.
+#define __CUDA_API_VERSION_INTERNAL 1  // declares every versioned export with its exact signature
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/fakegpu/core/config.hpp"
+#include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/state_file.hpp"
+
+#define FAKEGPU_API extern "C" __attribute__((visibility("default")))
+
+namespace fakegpu {
+
+inline constexpr uint32_t kContextMagic = 0xC0C7E1A1;
+inline constexpr uint32_t kStreamMagic = 0x57EA0001;
+inline constexpr uint32_t kEventMagic = 0xE7E70001;
+inline constexpr uint32_t kFunctionMagic = 0xF0F00001;
+inline constexpr uint32_t kModuleMagic = 0x0D0D0001;
+
+struct Graph;
+struct Context;
+
+struct Stream {
+  uint32_t magic = kStreamMagic;
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  int priority = 0;
+  uint64_t id = 0;
+  std::atomic<uint64_t> last_seq{0};  // the stream is done once its context completed this
+  // Stream capture (a capturing stream records work into `graph` instead of running it).
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  Graph* graph = nullptr;
+  uint64_t capture_id = 0;
+};
+
+struct Context {
+  uint32_t magic = kContextMagic;
+  int32_t slot = -1;
+  uint64_t generation = 0;
+  int device = 0;
+  bool primary = false;
+  unsigned flags = 0;
+  uint64_t id = 0;
+  Stream default_stream;  // legacy NULL stream and per-thread default streams share it
+  std::atomic<uint64_t> last_seq{0};
+};
+
+struct Event {
+  uint32_t magic = kEventMagic;
+  Context* ctx = nullptr;
+  int32_t slot = -1;
+  unsigned flags = 0;
+  std::atomic<uint64_t> ticket{0};  // record number of the latest cuEventRecord, 0 = never recorded
+  std::atomic<uint64_t> next_ticket{0};
+  bool captured = false;
+};
+
+struct Module;
+struct Function {
+  uint32_t magic = kFunctionMagic;
+  std::string name;
+  bool spin = false;  // runs for the ns in its first uint64_t parameter
+  Module* module = nullptr;
+};
+
+struct Module {
+  uint32_t magic = kModuleMagic;
+  std::string image;  // PTX text or binary, searched for function names
+  bool ptx = false;
+  bool library = false;
+  std::map<std::string, std::unique_ptr<Function>> functions;
+};
+
+// Memory that a device address range resolves to. Host-accessible kinds
+// (managed, pinned host) point at real host memory; device kinds get lazily
+// allocated host backing while the process's FAKEGPU_HOST_BACKING lasts.
+struct Backing {
+  uint64_t size = 0;
+  uint8_t* host = nullptr;
+  std::unique_ptr<uint8_t[]> lazy;
+  bool unbacked = false;  // beyond the backing budget: writes vanish, reads give zeros
+};
+
+enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc };
+
+struct Region {
+  uint64_t size = 0;
+  RegionKind kind = RegionKind::device;
+  int device = 0;
+  uint64_t charged = 0;  // bytes charged to the device for this region (0 for mappings/imports)
+  std::shared_ptr<Backing> backing;
+  uint64_t backing_offset = 0;
+  bool owns_va = true;       // release the address range on free
+  void* pool = nullptr;      // async allocations: owning pool
+  bool mapped_host = false;  // host/managed: the address is real host memory we allocated
+};
+
+struct Driver {
+  std::mutex mu;  // guards everything process-local below (never held while sleeping)
+  bool initialized = false;
+  CUresult init_error = CUDA_SUCCESS;
+  Config config;
+  StateFile* file = nullptr;
+  int32_t proc = -1;
+  int pid = 0;
+  std::atomic<bool> shut_down{false};
+  Context* primary[kMaxDevices] = {};
+  int primary_refs[kMaxDevices] = {};
+  unsigned primary_flags[kMaxDevices] = {};
+  std::vector<Context*> contexts;
+  std::map<uint64_t, Region> regions;  // base -> region
+  uint64_t backed_bytes = 0;
+  uint64_t next_id = 1;
+  // Device virtual address space: reserved PROT_NONE so host dereferences fault, as on hardware.
+  uint64_t va_base = 0, va_size = 0;
+  std::map<uint64_t, uint64_t> va_free;  // base -> size
+};
+
+Driver& driver();
+
+// Fails with the init error, NOT_INITIALIZED or DEINITIALIZED where applicable.
+CUresult check_ready();
+// Current context of the calling thread (nullptr if none).
+Context* current_context();
+void set_current(Context* ctx);
+std::vector<Context*>& context_stack();
+
+// Validates a context handle against the shared table.
+CUresult validate_context(Context* ctx);
+// The context owning `stream` (its own, or the current one for the NULL,
+// legacy and per-thread handles). Writes the Stream object to *out.
+CUresult resolve_stream(CUstream stream, Stream** out);
+bool is_builtin_stream(CUstream stream);
+
+// Appends work to a context's queue, blocking like a full push buffer when the
+// queue is at FAKEGPU_QUEUE_DEPTH. Returns the sequence number in *seq.
+CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slot = -1,
+                uint64_t ticket = 0, uint64_t* seq = nullptr);
+// Sleeps until the context has completed `seq` (simulated time <= now).
+CUresult wait_for(Context* ctx, uint64_t seq);
+// Non-blocking: whether `seq` is complete.
+CUresult query(Context* ctx, uint64_t seq);
+
+// Device address space.
+uint64_t va_alloc(uint64_t size, uint64_t alignment);
+void va_release(uint64_t base, uint64_t size);
+// Finds the region containing [addr, addr+len); nullptr if none.
+Region* find_region(uint64_t addr, uint64_t len, uint64_t* base_out = nullptr);
+// Host-visible bytes for `len` bytes at region offset; nullptr if unbacked.
+uint8_t* backing_bytes(Region& r, uint64_t offset, bool for_write);
+
+// Device memory charging against the shared capacity (reaps dead processes
+// once before giving up).
+CUresult charge_device(int device, uint64_t bytes);
+void uncharge_device(int device, uint64_t bytes);
+
+// Copies with simulated duration; `*_device` tells which sides are device addresses.
+uint64_t copy_duration_ns(uint64_t bytes, bool device_local);
+CUresult copy_bytes(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes);
+CUresult fill_bytes(uint64_t dst, uint64_t element_size, uint64_t value, uint64_t count,
+                    uint64_t pitch, uint64_t width_elements, uint64_t height);
+
+Function* as_function(CUfunction f);
+// Kernel duration from its parameters (spin kernels) or FAKEGPU_KERNEL_NS.
+uint64_t kernel_duration_ns(const Function* f, void** params, void** extra);
+
+// Stream-ordered pools give memory above their release threshold back to the
+// device at synchronisation points, as the driver does.
+void trim_pools_after_sync();
+
+// Capture: records a kernel of `duration_ns` into the stream's graph.
+CUresult capture_kernel(Stream* s, uint64_t duration_ns);
+CUresult capture_event_record(Stream* s, Event* e);
+
+}  // namespace fakegpu

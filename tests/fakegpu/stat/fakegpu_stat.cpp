@@ -1,0 +1,112 @@
+// fakegpu-stat: ground truth of the simulated node (honours FAKEGPU_STATE).
+//   fakegpu-stat [--json]                    devices, memory, busy time per process
+//   fakegpu-stat --inject-xid <device> <code> deliver an XID event to NVML event sets
+//   fakegpu-stat --reset                      clear processes, memory and counters
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tests/fakegpu/core/config.hpp"
+#include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/state_file.hpp"
+
+using namespace fakegpu;
+
+namespace {
+
+nlohmann::json snapshot(StateFile& file) {
+  StateLock lock(file, true);  // reap dead processes first, as the driver would have freed them
+  const SharedState& s = lock.state();
+  nlohmann::json devices = nlohmann::json::array();
+  for (uint32_t d = 0; d < s.header.device_count; ++d) {
+    const DeviceSlot& dev = s.devices[d];
+    nlohmann::json processes = nlohmann::json::array();
+    for (int32_t p = 0; p < static_cast<int32_t>(kMaxProcs); ++p) {
+      const ProcSlot& proc = s.procs[p];
+      if (proc.state == SlotState::free) continue;
+      bool has_context = false;
+      for (const ContextSlot& c : s.contexts) {
+        has_context |= c.state == SlotState::live && c.proc == p && c.device == d;
+      }
+      if (!has_context && proc.busy[d] == 0 && proc.mem[d] == 0) continue;
+      processes.push_back(
+          {{"pid", proc.pid}, {"busy_ns", proc.busy[d]}, {"memory_used", proc.mem[d]}});
+    }
+    devices.push_back({{"index", d},
+                       {"uuid", dev.uuid},
+                       {"name", dev.name},
+                       {"memory_total", dev.total_mem},
+                       {"memory_used", dev.used_mem},
+                       {"busy_ns", dev.busy_ns},
+                       {"processes", processes}});
+  }
+  return {{"devices", devices}};
+}
+
+void print_text(const nlohmann::json& j) {
+  for (const auto& dev : j["devices"]) {
+    std::printf("device %d  %s  %s\n  memory %llu / %llu bytes used, busy %.3f s\n",
+                dev["index"].get<int>(), dev["name"].get<std::string>().c_str(),
+                dev["uuid"].get<std::string>().c_str(),
+                dev["memory_used"].get<unsigned long long>(),
+                dev["memory_total"].get<unsigned long long>(),
+                static_cast<double>(dev["busy_ns"].get<uint64_t>()) / 1e9);
+    for (const auto& p : dev["processes"]) {
+      std::printf("  pid %-8d busy %10.3f s  memory %llu bytes\n", p["pid"].get<int>(),
+                  static_cast<double>(p["busy_ns"].get<uint64_t>()) / 1e9,
+                  p["memory_used"].get<unsigned long long>());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false, reset = false;
+  std::vector<unsigned> xid;
+  CLI::App app{"fakegpu ground truth: devices, memory and GPU time per process (FAKEGPU_STATE)"};
+  app.add_flag("--json", json, "print {\"devices\":[...]} as JSON");
+  app.add_flag("--reset", reset,
+               "clear processes, contexts, memory and counters in the state file");
+  app.add_option("--inject-xid", xid, "deliver an XID event: <device> <code>")->expected(2);
+  CLI11_PARSE(app, argc, argv);
+
+  ConfigResult loaded = load_config();
+  if (!loaded.config) {
+    std::fprintf(stderr, "%s\n", loaded.error.c_str());
+    return 2;
+  }
+  std::string error;
+  StateFile* file = StateFile::open(*loaded.config, error);
+  if (file == nullptr) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  if (reset) {
+    file->reset(*loaded.config);
+    return 0;
+  }
+  if (!xid.empty()) {
+    StateLock lock(*file);
+    SharedState& s = lock.state();
+    if (xid[0] >= s.header.device_count) {
+      std::fprintf(stderr, "fakegpu-stat: no device %u (the state file has %u)\n", xid[0],
+                   s.header.device_count);
+      return 2;
+    }
+    const uint64_t seq = ++s.header.xid_seq;
+    XidRecord& r = s.header.xids[seq % kXidRing];
+    r.device = xid[0];
+    r.code = xid[1];
+    r.time_ns = lock.now();
+    __atomic_store_n(&r.seq, seq, __ATOMIC_RELEASE);
+    return 0;
+  }
+  const nlohmann::json j = snapshot(*file);
+  if (json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    print_text(j);
+  }
+  return 0;
+}

@@ -1,0 +1,157 @@
+#include "deploy/device-plugin/allocation_cleaner.hpp"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/grpcpp.h>
+#include <pod_resources_v1.grpc.pb.h>
+#include <spdlog/spdlog.h>
+
+#include "deploy/device-plugin/allocation_plan.hpp"
+#include "shm/region_file.hpp"
+
+namespace cushare::plugin {
+namespace fs = std::filesystem;
+using Clock = std::chrono::system_clock;
+
+namespace {
+
+constexpr char kCheckpointName[] = "kubelet_internal_checkpoint";
+
+std::optional<std::set<std::string>> FromPodResources(const PluginConfig& config) {
+  std::error_code ec;
+  if (!fs::exists(config.pod_resources_socket, ec)) return std::nullopt;
+  auto channel = grpc::CreateChannel("unix://" + config.pod_resources_socket,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::PodResourcesLister::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Clock::now() + std::chrono::seconds(5));
+  v1::ListPodResourcesResponse resp;
+  const auto status = stub->List(&ctx, v1::ListPodResourcesRequest{}, &resp);
+  if (!status.ok()) {
+    spdlog::warn("PodResources List on {} failed: {}", config.pod_resources_socket,
+                 status.error_message());
+    return std::nullopt;
+  }
+  std::set<std::string> live;
+  for (const auto& pod : resp.pod_resources()) {
+    for (const auto& container : pod.containers()) {
+      for (const auto& devices : container.devices()) {
+        if (devices.resource_name() != config.resource_name || devices.device_ids().empty())
+          continue;
+        std::vector<std::string> ids(devices.device_ids().begin(), devices.device_ids().end());
+        live.insert(AllocationIdFor(ids));
+      }
+    }
+  }
+  return live;
+}
+
+std::optional<std::set<std::string>> FromCheckpoint(const PluginConfig& config) {
+  std::ifstream in(fs::path(config.device_plugin_dir) / kCheckpointName);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return LiveAllocationsFromCheckpoint(text.str(), config.resource_name);
+}
+
+Clock::time_point MTime(const fs::path& p) {
+  struct stat st {};
+  if (stat(p.c_str(), &st) != 0) return {};
+  return Clock::time_point{} + std::chrono::seconds(st.st_mtim.tv_sec) +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(st.st_mtim.tv_nsec));
+}
+
+}  // namespace
+
+LiveAllocations GatherLiveAllocations(const PluginConfig& config) {
+  if (auto live = FromPodResources(config))
+    return {LivenessSource::kPodResources, std::move(*live)};
+  if (auto live = FromCheckpoint(config)) return {LivenessSource::kCheckpoint, std::move(*live)};
+  return {LivenessSource::kNone, {}};
+}
+
+std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir) {
+  std::vector<AllocationFolderFacts> facts;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "alloc", ec)) {
+    if (!entry.is_directory()) continue;
+    AllocationFolderFacts f;
+    f.alloc_id = entry.path().filename().string();
+    f.created = MTime(entry.path());
+    f.last_activity =
+        std::max({f.created, MTime(entry.path() / "limits"), MTime(entry.path() / "usage")});
+    try {
+      auto limits = shm::LimitsMapping::open(entry.path() / "limits", shm::Access::kReadOnly);
+      f.created = Clock::time_point{} +
+                  std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::nanoseconds(limits.region().header.created_unix_ns));
+    } catch (const shm::RegionError&) {
+    }
+    try {
+      auto usage = shm::UsageMapping::open(entry.path() / "usage", shm::Access::kReadOnly);
+      for (const auto& slot : usage.region().slots) {
+        const auto state = static_cast<shm::SlotState>(slot.state.load(std::memory_order_acquire));
+        if (state != shm::SlotState::kFree) {
+          f.has_live_process = true;
+          break;
+        }
+      }
+    } catch (const shm::RegionError& e) {
+      // Unreadable for a reason other than "missing or not a region": keep it.
+      f.has_live_process = e.code() == shm::RegionErrorCode::kIo;
+    }
+    facts.push_back(std::move(f));
+  }
+  return facts;
+}
+
+AllocationCleaner::AllocationCleaner(const PluginConfig& config, AllocationStore& store)
+    : config_(config), store_(store) {}
+
+AllocationCleaner::~AllocationCleaner() {
+  Stop();
+}
+
+void AllocationCleaner::Start() {
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      try {
+        RunOnce();
+      } catch (const std::exception& e) {
+        spdlog::warn("allocation cleanup failed: {}", e.what());
+      }
+      lock.lock();
+      cv_.wait_for(lock, config_.cleanup_interval, [&] { return stop_; });
+    }
+  });
+}
+
+void AllocationCleaner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<std::string> AllocationCleaner::RunOnce() {
+  const auto live = GatherLiveAllocations(config_);
+  const auto folders = GatherFolderFacts(config_.run_dir);
+  std::vector<std::string> removed;
+  for (const auto& id : FoldersToRemove(folders, live, Clock::now(), config_)) {
+    if (store_.RemoveUnlessRecent(id, config_.cleanup_min_age)) {
+      spdlog::info("removed allocation folder {} (its pod is gone)", id);
+      removed.push_back(id);
+    }
+  }
+  return removed;
+}
+
+}  // namespace cushare::plugin

@@ -1,0 +1,45 @@
+// Periodically removes allocation folders of pods that are gone: gathers the
+// facts (live allocations from the kubelet's PodResources API or its
+// checkpoint, folder ages, live process slots) and applies cleanup_policy.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "deploy/device-plugin/allocation_store.hpp"
+#include "deploy/device-plugin/cleanup_policy.hpp"
+#include "deploy/device-plugin/plugin_config.hpp"
+
+namespace cushare::plugin {
+
+// Liveness from the best source available now (see cleanup_policy.hpp).
+LiveAllocations GatherLiveAllocations(const PluginConfig& config);
+
+// Facts about every folder under <run_dir>/alloc.
+std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir);
+
+class AllocationCleaner {
+ public:
+  AllocationCleaner(const PluginConfig& config, AllocationStore& store);
+  ~AllocationCleaner();
+  AllocationCleaner(const AllocationCleaner&) = delete;
+  AllocationCleaner& operator=(const AllocationCleaner&) = delete;
+
+  void Start();
+  void Stop();
+  // One pass; returns the allocation ids removed.
+  std::vector<std::string> RunOnce();
+
+ private:
+  const PluginConfig& config_;
+  AllocationStore& store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cushare::plugin

@@ -1,0 +1,185 @@
+// cushare-device-plugin: advertises every GPU of the node as `units` shares
+// of cushare.io/vgpu and turns the kubelet's Allocate into quota files and
+// container edits. See docs/kubernetes.md.
+#include <signal.h>
+
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "deploy/device-plugin/allocation_cleaner.hpp"
+#include "deploy/device-plugin/allocation_plan.hpp"
+#include "deploy/device-plugin/allocation_store.hpp"
+#include "deploy/device-plugin/device_health.hpp"
+#include "deploy/device-plugin/device_id.hpp"
+#include "deploy/device-plugin/health_watcher.hpp"
+#include "deploy/device-plugin/nvml_library.hpp"
+#include "deploy/device-plugin/plugin_config.hpp"
+#include "deploy/device-plugin/plugin_runner.hpp"
+
+namespace {
+
+using namespace cushare::plugin;
+namespace fs = std::filesystem;
+
+// Command-line overrides: each one, when given, replaces the config file's value.
+struct Overrides {
+  std::optional<std::string> resource_name, packing, compute_mode, device_specs, cdi_kind,
+      device_plugin_dir, socket_name, pod_resources_socket, run_dir, library_host_path,
+      library_container_path, container_run_dir, dev_root, sysfs_root, nvml_library, log_level;
+  std::optional<unsigned> units_per_gpu;
+  std::optional<double> memory_ratio, compute_ratio;
+  std::optional<bool> health_checks, ld_so_preload;
+  std::optional<std::uint64_t> cleanup_interval, cleanup_min_age, orphan_age;
+
+  void AddTo(CLI::App& app) {
+    app.add_option("--resource-name", resource_name, "extended resource (cushare.io/vgpu)");
+    app.add_option("--units-per-gpu", units_per_gpu, "device IDs advertised per GPU (100)");
+    app.add_option("--memory-ratio", memory_ratio, "memory quota = share x card x ratio (1.0)");
+    app.add_option("--compute-ratio", compute_ratio, "compute limit = share x 100 x ratio (1.0)");
+    app.add_option("--compute-mode", compute_mode, "burst | capped");
+    app.add_option("--packing", packing, "best-fit | spread");
+    app.add_option("--device-specs", device_specs, "none | dev-nodes");
+    app.add_option("--cdi-kind", cdi_kind, "emit CDI names <kind>=<uuid>, e.g. nvidia.com/gpu");
+    app.add_option("--ld-so-preload", ld_so_preload, "mount a generated /etc/ld.so.preload");
+    app.add_option("--device-plugin-dir", device_plugin_dir, "kubelet device-plugin folder");
+    app.add_option("--socket-name", socket_name, "socket file name (default: unique per start)");
+    app.add_option("--pod-resources-socket", pod_resources_socket, "kubelet PodResources socket");
+    app.add_option("--run-dir", run_dir, "node run dir holding alloc/<id>/");
+    app.add_option("--library-host-path", library_host_path, "libcushare.so on the host");
+    app.add_option("--library-container-path", library_container_path,
+                   "libcushare.so in the container");
+    app.add_option("--container-run-dir", container_run_dir, "CUSHARE_RUN_DIR in the container");
+    app.add_option("--dev-root", dev_root, "host root of /dev nodes");
+    app.add_option("--sysfs-root", sysfs_root, "sysfs root for NUMA lookups");
+    app.add_option("--nvml-library", nvml_library, "NVML library to dlopen");
+    app.add_option("--health-checks", health_checks, "watch NVML XID events");
+    app.add_option("--cleanup-interval-seconds", cleanup_interval, "cleanup period");
+    app.add_option("--cleanup-min-age-seconds", cleanup_min_age, "never remove younger folders");
+    app.add_option("--orphan-age-seconds", orphan_age, "age rule without a liveness source");
+    app.add_option("--log-level", log_level, "trace | debug | info | warn | error");
+  }
+
+  void ApplyTo(PluginConfig& c) const {
+    auto set = [](auto& field, const auto& value) {
+      if (value) field = *value;
+    };
+    set(c.resource_name, resource_name);
+    set(c.units_per_gpu, units_per_gpu);
+    set(c.memory_ratio, memory_ratio);
+    set(c.compute_ratio, compute_ratio);
+    if (compute_mode) c.compute_mode = ParseComputeMode(*compute_mode);
+    if (packing) c.packing = ParsePackingPolicy(*packing);
+    if (device_specs) c.device_specs = ParseDeviceSpecStrategy(*device_specs);
+    set(c.cdi_kind, cdi_kind);
+    set(c.ld_so_preload, ld_so_preload);
+    set(c.device_plugin_dir, device_plugin_dir);
+    set(c.socket_name, socket_name);
+    set(c.pod_resources_socket, pod_resources_socket);
+    set(c.run_dir, run_dir);
+    set(c.library_host_path, library_host_path);
+    set(c.library_container_path, library_container_path);
+    set(c.container_run_dir, container_run_dir);
+    set(c.dev_root, dev_root);
+    set(c.sysfs_root, sysfs_root);
+    set(c.nvml_library, nvml_library);
+    set(c.health_checks, health_checks);
+    if (cleanup_interval) c.cleanup_interval = std::chrono::seconds(*cleanup_interval);
+    if (cleanup_min_age) c.cleanup_min_age = std::chrono::seconds(*cleanup_min_age);
+    if (orphan_age) c.orphan_age = std::chrono::seconds(*orphan_age);
+    set(c.log_level, log_level);
+  }
+};
+
+std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
+  std::vector<std::string> nodes;
+  for (const char* n :
+       {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
+    std::error_code ec;
+    if (fs::exists(fs::path(config.dev_root) / (n + 1), ec)) nodes.emplace_back(n);
+  }
+  return nodes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cushare-device-plugin: fractional GPUs (cushare.io/vgpu) for the kubelet"};
+  std::string config_path;
+  bool check_config = false;
+  Overrides overrides;
+  app.add_option("-c,--config", config_path, "JSON config file (see docs/kubernetes.md)");
+  app.add_flag("--check-config", check_config, "validate the configuration, print it and exit");
+  overrides.AddTo(app);
+  CLI11_PARSE(app, argc, argv);
+
+  PluginConfig config;
+  try {
+    if (!config_path.empty()) config = LoadConfigFile(config_path);
+    overrides.ApplyTo(config);
+    ValidateConfig(config);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "cushare-device-plugin: bad configuration: {}\n", e.what());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  if (check_config) {
+    fmt::print("configuration OK: resource {} with {} units per GPU, packing {}, mode {}\n",
+               config.resource_name, config.units_per_gpu, ToString(config.packing),
+               ToString(config.compute_mode));
+    return 0;
+  }
+
+  // Signals go to one thread that asks the runner to stop.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  try {
+    NvmlLibrary nvml(config.nvml_library);
+    Inventory inventory = nvml.Discover(config.sysfs_root);
+    inventory.control_nodes = PresentControlNodes(config);
+    for (const auto& g : inventory.gpus) {
+      spdlog::info("GPU {}: {} {} ({} MiB, PCI {}, NUMA {})", g.index, g.uuid, g.name,
+                   g.memory_bytes >> 20, g.pci_bus_id, g.numa_node);
+    }
+    if (inventory.gpus.empty()) spdlog::warn("no GPU found: advertising no devices");
+    for (const auto& g : inventory.gpus) {
+      if (FormatDeviceId(g.uuid, config.units_per_gpu - 1).size() > kMaxDeviceIdLength) {
+        spdlog::error("device IDs of GPU {} exceed the kubelet's {}-character limit", g.uuid,
+                      kMaxDeviceIdLength);
+      }
+    }
+    fs::create_directories(fs::path(config.run_dir) / "alloc");
+
+    DeviceHealth health;
+    AllocationStore store(config.run_dir);
+    HealthWatcher health_watcher(nvml, inventory, config, health);
+    if (config.health_checks) health_watcher.Start();
+    AllocationCleaner cleaner(config, store);
+    cleaner.Start();
+    PluginRunner runner(inventory, config, health, store);
+
+    std::thread signal_thread([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      spdlog::info("signal {}: shutting down", sig);
+      runner.RequestShutdown();
+    });
+    signal_thread.detach();
+
+    runner.Run();
+    health.Close();
+    cleaner.Stop();
+    health_watcher.Stop();
+  } catch (const std::exception& e) {
+    spdlog::critical("cushare-device-plugin: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,480 @@
+"""ctest scenarios for cushare-device-plugin against the test kubelet, on
+fakegpu. Usage: scenarios.py <scenario> --plugin BIN --proto-dir DIR
+--fakegpu-dir DIR [--fakegpu-stat BIN] [--library SO] [--samples-dir DIR].
+Each scenario runs in its own temporary folder (plugin dir, run dir, sysfs,
+fakegpu state) and fails with an AssertionError saying what was wrong."""
+
+import argparse
+import concurrent.futures
+import ctypes
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kubelet as kl  # noqa: E402
+
+GI = 1 << 30
+RESOURCE = "cushare.io/vgpu"
+
+
+# --------------------------------------------------------------- fixtures --
+class Node:
+    """A simulated node: fakegpu devices, a plugin process and a test kubelet."""
+
+    def __init__(self, args, tmp, devices="H100-80GB:80Gi:132", numa=None):
+        self.args = args
+        self.tmp = tmp
+        self.plugin_dir = os.path.join(tmp, "device-plugins")
+        self.run_dir = os.path.join(tmp, "run")
+        self.sysfs = os.path.join(tmp, "sys")
+        self.pod_resources = os.path.join(tmp, "pod-resources.sock")
+        os.makedirs(self.plugin_dir)
+        self.env = dict(os.environ)
+        self.env["FAKEGPU_STATE"] = os.path.join(tmp, "fakegpu.state")
+        self.env["FAKEGPU_DEVICES"] = devices
+        self.env["LD_LIBRARY_PATH"] = args.fakegpu_dir + (
+            ":" + self.env["LD_LIBRARY_PATH"] if self.env.get("LD_LIBRARY_PATH") else "")
+        self.bus_ids = nvml_bus_ids(os.path.join(args.fakegpu_dir, "libnvidia-ml.so.1"), self.env)
+        for i, bus in enumerate(self.bus_ids):
+            d = os.path.join(self.sysfs, "bus/pci/devices", sysfs_name(bus))
+            os.makedirs(d)
+            with open(os.path.join(d, "numa_node"), "w") as f:
+                f.write("%d\n" % (numa[i] if numa else -1))
+        self.kubelet = kl.TestKubelet(self.plugin_dir, RESOURCE)
+        self.plugin = None
+        self.log_path = os.path.join(tmp, "plugin.log")
+
+    def plugin_command(self, *extra):
+        return [self.args.plugin,
+                "--device-plugin-dir", self.plugin_dir,
+                "--run-dir", self.run_dir,
+                "--sysfs-root", self.sysfs,
+                "--nvml-library", os.path.join(self.args.fakegpu_dir, "libnvidia-ml.so.1"),
+                "--pod-resources-socket", self.pod_resources,
+                "--library-host-path", self.args.library or "/nonexistent/libcushare.so",
+                "--log-level", "debug"] + list(extra)
+
+    def start(self, *extra):
+        self.kubelet.start()
+        self.log = open(self.log_path, "w")
+        self.plugin = subprocess.Popen(self.plugin_command(*extra), env=self.env,
+                                       stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            self.kubelet.wait_for_registrations(1)
+            self.kubelet.wait_for_snapshot()
+        except AssertionError:
+            self.dump_log()
+            raise
+        return self
+
+    def dump_log(self):
+        if os.path.exists(self.log_path):
+            with open(self.log_path) as f:
+                sys.stderr.write("---- plugin log ----\n" + f.read() + "--------------------\n")
+
+    def stop(self):
+        if self.plugin and self.plugin.poll() is None:
+            self.plugin.send_signal(signal.SIGTERM)
+            try:
+                self.plugin.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.plugin.kill()
+                self.plugin.wait()
+                raise AssertionError("the plugin did not stop on SIGTERM")
+            assert self.plugin.returncode == 0, "plugin exited with %d" % self.plugin.returncode
+        self.kubelet.stop()
+
+    def gpu_uuids(self):
+        return sorted({i.split("::")[0] for i in self.kubelet.latest().devices},
+                      key=lambda u: self.uuid_order().index(u))
+
+    def uuid_order(self):
+        return nvml_uuids(os.path.join(self.args.fakegpu_dir, "libnvidia-ml.so.1"), self.env)
+
+
+def sysfs_name(bus):
+    bus = bus.lower()
+    return bus[4:] if bus.index(":") == 8 else bus
+
+
+def _nvml(lib_path, env):
+    # fakegpu reads its configuration from the environment of the process.
+    for k in ("FAKEGPU_STATE", "FAKEGPU_DEVICES"):
+        os.environ[k] = env[k]
+    nvml = ctypes.CDLL(lib_path)
+    assert nvml.nvmlInit_v2() == 0, "nvmlInit_v2 failed on fakegpu"
+    count = ctypes.c_uint()
+    assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+    handles = []
+    for i in range(count.value):
+        h = ctypes.c_void_p()
+        assert nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) == 0
+        handles.append(h)
+    return nvml, handles
+
+
+def nvml_bus_ids(lib_path, env):
+    class PciInfo(ctypes.Structure):
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+    nvml, handles = _nvml(lib_path, env)
+    out = []
+    for h in handles:
+        info = PciInfo()
+        assert nvml.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(info)) == 0
+        out.append(info.busId.decode())
+    return out
+
+
+def nvml_uuids(lib_path, env):
+    nvml, handles = _nvml(lib_path, env)
+    out = []
+    for h in handles:
+        buf = ctypes.create_string_buffer(96)
+        assert nvml.nvmlDeviceGetUUID(h, buf, 96) == 0
+        out.append(buf.value.decode())
+    return out
+
+
+def read_limits(path):
+    """Independent reader of the `limits` region (offsets of shm/layout.hpp)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version = struct.unpack_from("<QI", data, 0)
+    assert magic == 0x544D494C48535543, "bad limits magic %x" % magic
+    alloc_id = data[32:96].split(b"\0")[0].decode()
+    gpu_count = struct.unpack_from("<I", data, 136)[0]
+    gpus = []
+    for i in range(gpu_count):
+        base = 256 + 128 * i
+        uuid = data[base:base + 48].split(b"\0")[0].decode()
+        mem, pct, weight, mode = struct.unpack_from("<QIII", data, base + 48)
+        gpus.append({"uuid": uuid, "memory": mem, "compute": pct, "weight": weight, "mode": mode})
+    return {"version": version, "alloc_id": alloc_id, "gpus": gpus}
+
+
+def mounts_of(resp):
+    return {m.container_path: (m.host_path, m.read_only) for m in resp.mounts}
+
+
+def units_by_gpu(ids):
+    out = {}
+    for i in ids:
+        uuid = i.split("::")[0]
+        out[uuid] = out.get(uuid, 0) + 1
+    return out
+
+
+def expect_rpc_error(fn, fragment):
+    import grpc
+    try:
+        fn()
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+        assert fragment in e.details(), "error %r does not name %r" % (e.details(), fragment)
+        return
+    raise AssertionError("no error for " + fragment)
+
+
+# -------------------------------------------------------------- scenarios --
+def scenario_register(node):
+    node.start()
+    k = node.kubelet
+    req = k.registrations[0]
+    assert req.version == "v1beta1" and req.resource_name == RESOURCE, req
+    assert os.path.exists(os.path.join(node.plugin_dir, req.endpoint)), "endpoint socket missing"
+    assert k.options.get_preferred_allocation_available
+    assert not k.options.pre_start_required
+    snap = k.latest()
+    (uuid,) = node.uuid_order()
+    assert sorted(snap.devices) == sorted("%s::%d" % (uuid, n) for n in range(100)), \
+        "expected 100 IDs <uuid>::<n>, got %d" % len(snap.devices)
+    assert all(h == "Healthy" for h, _ in snap.devices.values())
+    assert all(numa == [1] for _, numa in snap.devices.values()), "NUMA node from sysfs missing"
+
+
+def scenario_allocate(node):
+    """Allocate 25 units and check the response and the limits file."""
+    node.start()
+    k = node.kubelet
+    ids = k.choose(25)
+    resp = k.allocate(ids)
+    (uuid,) = node.uuid_order()
+    env, path_of = kl.container_view(resp)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid, env
+    assert env["CUSHARE_RUN_DIR"] == "/var/run/cushare", env
+    assert env["CUSHARE_MEMORY_LIMIT"] == str(20 * GI), env
+    assert env["CUSHARE_COMPUTE_LIMIT"] == "25", env
+    alloc_id = resp.annotations["cushare.io/alloc-id"]
+    host_dir = os.path.join(node.run_dir, "alloc", alloc_id)
+    m = mounts_of(resp)
+    assert m["/var/run/cushare"] == (host_dir, False), m
+    assert m["/var/run/cushare/limits"] == (host_dir + "/limits", True), m
+    assert m["/etc/ld.so.preload"][1], "ld.so.preload must be read-only"
+    lib_container = [c for c, (h, ro) in m.items() if h == (node.args.library or
+                                                            "/nonexistent/libcushare.so")]
+    assert lib_container and m[lib_container[0]][1], "library mount missing or writable"
+    with open(path_of("/etc/ld.so.preload")) as f:
+        assert f.read().strip() == lib_container[0], "ld.so.preload must name the library"
+    limits = read_limits(path_of("/var/run/cushare/limits"))
+    assert limits["alloc_id"] == alloc_id
+    assert limits["gpus"] == [{"uuid": uuid, "memory": 20 * GI, "compute": 25, "weight": 25,
+                               "mode": 0}], limits
+    assert os.path.getsize(path_of("/var/run/cushare/usage")) > 0, "usage region missing"
+    return resp
+
+
+def scenario_kubelet_restart(node):
+    node.start()
+    k = node.kubelet
+    first = k.registrations[0].endpoint
+    for round in (2, 3):
+        k.restart()
+        k.wait_for_registrations(round)
+        # The plugin settles the burst of restart events into one re-register.
+        time.sleep(1.0)
+        last = k.registrations[-1].endpoint
+        assert last == first, "endpoint changed from %s to %s" % (first, last)
+        assert os.path.exists(os.path.join(node.plugin_dir, last)), "endpoint not served"
+        n = len(k.snapshots)
+        k.allocate(k.choose(10))  # the new endpoint works
+        assert len(k.snapshots) >= n
+    assert len(k.registrations) <= 4, "%d registrations for 2 restarts" % len(k.registrations)
+
+
+def scenario_stream_drop(node):
+    node.start()
+    k = node.kubelet
+    k.drop_stream()
+    k.wait_for_registrations(2)
+    n = len(k.snapshots)
+    k.wait_for(lambda: len(k.snapshots) > n, what="a snapshot on the new stream")
+
+
+def scenario_socket_removed(node):
+    node.start()
+    k = node.kubelet
+    os.unlink(os.path.join(node.plugin_dir, k.registrations[0].endpoint))
+    k.wait_for_registrations(2)
+    assert os.path.exists(os.path.join(node.plugin_dir, k.registrations[-1].endpoint))
+
+
+def scenario_xid(node):
+    node.start()
+    k = node.kubelet
+    a, b = node.uuid_order()
+    stat = [node.args.fakegpu_stat, "--inject-xid"]
+    # An application XID (43) changes nothing ...
+    subprocess.run(stat + ["0", "43"], env=node.env, check=True)
+    # ... a critical one (79, fallen off the bus) takes every ID of GPU 1 down at once.
+    n = len(k.snapshots)
+    subprocess.run(stat + ["1", "79"], env=node.env, check=True)
+    k.wait_for(lambda: len(k.snapshots) > n, what="a snapshot after the XID")
+    snap = k.snapshots[n]
+    assert snap.unhealthy() == sorted("%s::%d" % (b, i) for i in range(100)), \
+        "the first snapshot after the XID must have all of GPU 1's IDs Unhealthy"
+    assert len(snap.healthy()) == 100 and all(i.startswith(a) for i in snap.healthy())
+    # The kubelet no longer picks them.
+    ids = k.choose(50)
+    assert all(i.startswith(a) for i in ids)
+
+
+def scenario_packing(node, spread=False):
+    if spread:
+        node.start("--packing", "spread")
+    else:
+        node.start()
+    k = node.kubelet
+    a, b = node.uuid_order()
+    r1 = k.allocate(k.choose(60))
+    assert r1.envs["NVIDIA_VISIBLE_DEVICES"] == a, r1.envs  # tie: the first GPU
+    r2 = k.allocate(k.choose(30))
+    # best fit: 30 fits in A's 40 free units; spread: B is emptier.
+    assert r2.envs["NVIDIA_VISIBLE_DEVICES"] == (b if spread else a), r2.envs
+    if not spread:
+        # 20 more do not fit into A's 10 left: they go to B, whole.
+        r3 = k.allocate(k.choose(20))
+        assert r3.envs["NVIDIA_VISIBLE_DEVICES"] == b, r3.envs
+    # Larger than a GPU can hold: spans GPUs with per-GPU quotas.
+    # The plugin keeps no allocation state, so a fresh view with nothing
+    # allocated (as on an empty node) can ask for more than one GPU's worth.
+    k2 = kl.TestKubelet(node.plugin_dir)
+    k2.options, k2.stub, k2.snapshots = k.options, k.stub, k.snapshots
+    ids = k2.choose(150)
+    assert sorted(units_by_gpu(ids).values()) == [50, 100], units_by_gpu(ids)
+    resp = k2.allocate(ids)
+    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == a + "," + b, resp.envs
+    assert "CUSHARE_MEMORY_LIMIT" not in resp.envs
+    per = units_by_gpu(ids)
+    limits = read_limits(os.path.join(node.run_dir, "alloc",
+                                      resp.annotations["cushare.io/alloc-id"], "limits"))
+    assert [g["compute"] for g in limits["gpus"]] == [per[a], per[b]], limits
+
+
+def scenario_spread(node):
+    scenario_packing(node, spread=True)
+
+
+def scenario_bad_ids(node):
+    node.start()
+    k = node.kubelet
+    (uuid,) = node.uuid_order()
+    expect_rpc_error(lambda: k.allocate(["garbage"]), "'garbage'")
+    expect_rpc_error(lambda: k.allocate(["GPU-00000000-dead-beef-0000-000000000000::3"]),
+                     "GPU-00000000-dead-beef-0000-000000000000::3")
+    expect_rpc_error(lambda: k.allocate([uuid + "::1", uuid + "::100"]), uuid + "::100")
+    expect_rpc_error(lambda: k.allocate([]), "no device IDs")
+    assert not os.listdir(os.path.join(node.run_dir, "alloc")), "a refused Allocate wrote files"
+    assert node.plugin.poll() is None, "the plugin died on bad input"
+
+
+def scenario_bad_config(node):
+    def run(*extra, config=None):
+        cmd = node.plugin_command(*extra)
+        if config is not None:
+            path = os.path.join(node.tmp, "config.json")
+            with open(path, "w") as f:
+                f.write(config)
+            cmd += ["--config", path]
+        p = subprocess.run(cmd, env=node.env, capture_output=True, text=True, timeout=10)
+        return p.returncode, p.stderr
+
+    for config, fragment in [('{"unitsPerGpu": 0}', "unitsPerGpu"),
+                             ('{"packing": "tight"}', "tight"),
+                             ('{"unitsPerGPU": 10}', "unknown config key 'unitsPerGPU'"),
+                             ('{"memoryRatio": "half"}', "memoryRatio"),
+                             ("{not json", "not valid JSON")]:
+        rc, err = run(config=config)
+        assert rc == 2 and fragment in err, "config %s: rc=%d stderr=%r" % (config, rc, err)
+    rc, err = run("--compute-mode", "turbo")
+    assert rc == 2 and "turbo" in err, (rc, err)
+    rc, err = run("--config", "/nonexistent/plugin.json")
+    assert rc == 2 and "/nonexistent/plugin.json" in err, (rc, err)
+    # Flags override the file, and a good file passes --check-config.
+    rc, err = run("--check-config", "--packing", "spread", config='{"packing": "tight"}')
+    assert rc == 2, "the file's bad value must still be reported"
+    p = subprocess.run(node.plugin_command("--check-config", "--units-per-gpu", "10"),
+                       env=node.env, capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0 and "10 units" in p.stdout, (p.returncode, p.stdout, p.stderr)
+    assert not os.listdir(node.plugin_dir), "a bad config must not serve anything"
+
+
+def scenario_idempotent(node):
+    node.start()
+    k = node.kubelet
+    ids = k.choose(25)
+    r1 = k.allocate(ids)
+    limits = os.path.join(node.run_dir, "alloc", r1.annotations["cushare.io/alloc-id"], "limits")
+    inode = os.stat(limits).st_ino
+    r2 = k.allocate(list(reversed(ids)))
+    assert r1.SerializeToString(deterministic=True) == r2.SerializeToString(deterministic=True), \
+        "a repeated Allocate must give the same response"
+    assert os.stat(limits).st_ino == inode, "a repeated Allocate must not recreate the region"
+    assert len(os.listdir(os.path.join(node.run_dir, "alloc"))) == 1
+    # Concurrent Allocates of disjoint sets (several containers admitted at once).
+    free = [i for i in k.latest().healthy() if i not in ids]
+    sets = [free[i * 10:(i + 1) * 10] for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        resps = list(pool.map(k.allocate, sets))
+    alloc_ids = {r.annotations["cushare.io/alloc-id"] for r in resps}
+    assert len(alloc_ids) == 6, alloc_ids
+    for r in resps:
+        lim = read_limits(os.path.join(node.run_dir, "alloc",
+                                       r.annotations["cushare.io/alloc-id"], "limits"))
+        assert lim["gpus"][0]["compute"] == 10, lim
+
+
+def scenario_cleanup(node):
+    node.kubelet.serve_pod_resources(node.pod_resources)
+    node.start("--cleanup-interval-seconds", "1", "--cleanup-min-age-seconds", "0",
+               "--orphan-age-seconds", "0")
+    k = node.kubelet
+    keep_ids, gone_ids = k.choose(10), None
+    keep = k.allocate(keep_ids).annotations["cushare.io/alloc-id"]
+    gone_ids = k.choose(10)
+    gone = k.allocate(gone_ids).annotations["cushare.io/alloc-id"]
+    with k.cond:
+        k.pods = {"running": [keep_ids]}
+    alloc = os.path.join(node.run_dir, "alloc")
+    deadline = time.monotonic() + 8
+    while os.path.exists(os.path.join(alloc, gone)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(os.path.join(alloc, gone)), "the gone pod's folder stayed"
+    assert os.path.exists(os.path.join(alloc, keep, "limits")), "a running pod's folder was removed"
+    # Without PodResources the kubelet checkpoint decides.
+    k.pod_resources_server.stop(0).wait()
+    k.pod_resources_server = None
+    if os.path.exists(node.pod_resources):
+        os.unlink(node.pod_resources)
+    checkpoint = {"Data": {"PodDeviceEntries": [
+        {"PodUID": "u1", "ContainerName": "c", "ResourceName": RESOURCE,
+         "DeviceIDs": {"-1": keep_ids}, "AllocResp": ""}], "RegisteredDevices": {}},
+        "Checksum": 0}
+    with open(os.path.join(node.plugin_dir, "kubelet_internal_checkpoint"), "w") as f:
+        json.dump(checkpoint, f)
+    third_ids = k.choose(10)
+    third = k.allocate(third_ids).annotations["cushare.io/alloc-id"]
+    deadline = time.monotonic() + 8
+    while os.path.exists(os.path.join(alloc, third)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(os.path.join(alloc, third)), "checkpoint rule did not remove"
+    assert os.path.exists(os.path.join(alloc, keep, "limits")), "checkpoint rule removed a live one"
+
+
+SCENARIOS = {
+    "register": (scenario_register, {"numa": [1]}),
+    "allocate": (scenario_allocate, {}),
+    "kubelet_restart": (scenario_kubelet_restart, {}),
+    "stream_drop": (scenario_stream_drop, {}),
+    "socket_removed": (scenario_socket_removed, {}),
+    "xid": (scenario_xid, {"devices": "H100-80GB:80Gi:132;T4:16Gi:40"}),
+    "packing": (scenario_packing, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132",
+                                   "numa": [0, 0]}),
+    "spread": (scenario_spread, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
+    "bad_ids": (scenario_bad_ids, {}),
+    "bad_config": (scenario_bad_config, {}),
+    "idempotent": (scenario_idempotent, {}),
+    "cleanup": (scenario_cleanup, {}),
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario", choices=sorted(SCENARIOS) + ["end_to_end"])
+    p.add_argument("--plugin", required=True)
+    p.add_argument("--proto-dir", required=True)
+    p.add_argument("--fakegpu-dir", required=True)
+    p.add_argument("--fakegpu-stat")
+    p.add_argument("--library")
+    p.add_argument("--samples-dir")
+    p.add_argument("--preload-prefix", default="")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cushare-kubelet-") as tmp:
+        kl.generate_stubs(args.proto_dir, os.path.join(tmp, "stubs"))
+        if args.scenario == "end_to_end":
+            import end_to_end
+            fn, kwargs = end_to_end.scenario, end_to_end.NODE
+        else:
+            fn, kwargs = SCENARIOS[args.scenario]
+        node = Node(args, tmp, **kwargs)
+        try:
+            fn(node)
+        except BaseException:
+            node.dump_log()
+            raise
+        finally:
+            node.stop()
+    print("scenario %s: OK" % args.scenario)
+
+
+if __name__ == "__main__":
+    main()

@@ -29,9 +29,16 @@ struct GpuLimitsSnapshot {
 };
 
 // Spins a reader makes while a writer holds the generation odd before it
-// falls back to an unguarded read (a live writer takes well under a
-// microsecond; this is ~milliseconds).
-inline constexpr unsigned kSeqlockMaxSpins = 1u << 20;
+// falls back to an unguarded read. A live writer holds it for four stores
+// (nanoseconds) unless it is preempted; the bound (~0.1-1 ms) keeps every
+// allocation fast even when a writer died mid-update and no one took over.
+inline constexpr unsigned kSeqlockMaxSpins = 1u << 14;
+
+// Spins a writer waits on an odd generation before it concludes that the
+// writer holding it died and takes over: far longer than any preemption
+// (~0.5-2 s), because taking over from a writer that is merely slow could let
+// a reader combine fields of both updates.
+inline constexpr unsigned kSeqlockTakeoverSpins = 1u << 24;
 
 namespace detail {
 inline void cpu_relax() {
@@ -78,9 +85,11 @@ inline GpuLimitsSnapshot read_gpu_limits(const LimitsRegion& limits, unsigned gp
 
 // Writer side (daemon, device plugin, standalone creator). Writers serialise
 // among themselves by CAS on the generation (even -> odd). A generation that
-// stays odd for kSeqlockMaxSpins belongs to a writer that died: this writer
-// takes it over. `value.generation` and `value.consistent` are ignored.
-// Returns the new (even) generation.
+// stays odd for kSeqlockTakeoverSpins belongs to a writer that died: this
+// writer takes it over (odd -> odd + 2). A writer ends with a CAS odd -> even,
+// so one that was taken over never moves the generation backwards.
+// `value.generation` and `value.consistent` are ignored. Returns the
+// generation after the update.
 inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
                                        const GpuLimitsSnapshot& value) {
   std::uint64_t cur = limits.generation.load(std::memory_order_relaxed);
@@ -88,7 +97,7 @@ inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
   std::uint64_t odd;
   for (;;) {
     if (cur & 1u) {
-      if (spins++ < kSeqlockMaxSpins) {
+      if (spins++ < kSeqlockTakeoverSpins) {
         detail::cpu_relax();
         cur = limits.generation.load(std::memory_order_relaxed);
         continue;
@@ -105,8 +114,11 @@ inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
   g.compute_limit_pct.store(value.compute_limit_pct, std::memory_order_relaxed);
   g.weight.store(value.weight, std::memory_order_relaxed);
   g.mode.store(static_cast<std::uint32_t>(value.mode), std::memory_order_relaxed);
-  limits.generation.store(odd + 1, std::memory_order_release);
-  return odd + 1;
+  std::uint64_t expected = odd;
+  if (limits.generation.compare_exchange_strong(expected, odd + 1, std::memory_order_release,
+                                                std::memory_order_relaxed))
+    return odd + 1;
+  return expected;  // taken over while stalled: the taker publishes
 }
 
 // Initialises entry `gpu` (uuid and quota fields) of a region being created,

@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   std::string step_text = "256Mi", max_text, api = "alloc";
   int device = 0;
   double hold_seconds = 0;
+  std::string ready_file, go_file;
   CLI::App app{"Allocate device memory in steps until out of memory; print one JSON line"};
   app.add_option("--step", step_text,
                  "bytes per allocation (Kubernetes quantity: 256Mi, 1Gi, ...)");
@@ -170,6 +171,9 @@ int main(int argc, char** argv) {
   app.add_option("--hold-seconds", hold_seconds,
                  "keep the memory this long after printing (then free it)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--ready-file", ready_file,
+                 "create this file once the context exists (start barrier)");
+  app.add_option("--go-file", go_file, "then wait until this file exists before allocating");
   CLI11_PARSE(app, argc, argv);
   const auto step = samples::parse_bytes(step_text);
   const auto limit = max_text.empty() ? std::optional<uint64_t>() : samples::parse_bytes(max_text);
@@ -184,6 +188,12 @@ int main(int argc, char** argv) {
   CUcontext ctx;
   samples::check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   samples::check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+
+  // Barrier: lets several probes create their contexts before any allocates.
+  if (!ready_file.empty()) std::fclose(std::fopen(ready_file.c_str(), "w"));
+  while (!go_file.empty() && access(go_file.c_str(), F_OK) != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 
   Allocator allocator(api, dev);
   const View before = view(dev);

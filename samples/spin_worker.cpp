@@ -1,5 +1,5 @@
-// spin_worker: launches `spin` kernels of a chosen duration for a wall time (or
-// a count), on one or more streams and threads, then prints one JSON line:
+// spin_worker: launches `spin` kernels for a wall time, a count, or until
+// SIGTERM/SIGINT, on one or more streams and threads, then prints one JSON line:
 //   {"launches":N,"seconds":S,"kernels_per_s":K,...}
 // The kernel is real PTX (busy-wait on %globaltimer), so the same binary runs on
 // a GPU (real libcuda.so.1) and on fakegpu (LD_LIBRARY_PATH=build/fakegpu).
@@ -9,8 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -19,19 +22,29 @@
 
 namespace {
 
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) {
+  g_stop.store(true);
+}
+
 struct Options {
-  double kernel_us = 1000;
+  std::vector<double> kernel_us{1000};
+  bool random_durations = false;
+  unsigned seed = 1;
   double seconds = 0;
   uint64_t count = 0;
   int streams = 1;
   int threads = 1;
   int device = 0;
+  int inflight = 0;
+  uint64_t alloc_mib = 0;
   bool explicit_context = false;
   bool events = false;
 };
 
 struct Shared {
   std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> kernel_ns_total{0};
   std::mutex error_mu;
   std::string first_error;
   std::atomic<uint64_t> errors{0};
@@ -44,46 +57,91 @@ void record_error(Shared& shared, CUresult r, const char* what) {
     shared.first_error = std::string(what) + ": " + samples::error_name(r);
 }
 
+// Picks kernel durations: the --kernel-us list in turn, or uniformly at random
+// between its smallest and largest value with --random.
+class Durations {
+ public:
+  Durations(const Options& o, int thread) : o_(o), rng_(o.seed + static_cast<unsigned>(thread)) {
+    lo_ = *std::min_element(o.kernel_us.begin(), o.kernel_us.end());
+    hi_ = *std::max_element(o.kernel_us.begin(), o.kernel_us.end());
+  }
+  uint64_t next_ns() {
+    double us = o_.random_durations ? std::uniform_real_distribution<double>(lo_, hi_)(rng_)
+                                    : o_.kernel_us[i_++ % o_.kernel_us.size()];
+    return static_cast<uint64_t>(us * 1000.0);
+  }
+
+ private:
+  const Options& o_;
+  std::mt19937_64 rng_;
+  double lo_, hi_;
+  size_t i_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Launch busy-wait kernels and report the launch rate as JSON"};
-  app.add_option("--kernel-us", o.kernel_us, "duration of each kernel in microseconds")
+  app.add_option("--kernel-us", o.kernel_us,
+                 "kernel duration(s) in microseconds; a list (50,20000) is used in turn")
+      ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--random", o.random_durations,
+               "draw durations uniformly between the smallest and largest --kernel-us");
+  app.add_option("--seed", o.seed, "random seed for --random");
   app.add_option("--seconds", o.seconds, "keep launching for this wall time")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--count", o.count, "launch this many kernels in total (instead of --seconds)");
+  app.add_option("--count", o.count, "launch this many kernels in total");
   app.add_option("--streams", o.streams, "streams per thread")->check(CLI::Range(1, 64));
   app.add_option("--threads", o.threads, "launching threads")->check(CLI::Range(1, 64));
   app.add_option("--device", o.device, "device ordinal")->check(CLI::NonNegativeNumber);
+  app.add_option("--inflight", o.inflight,
+                 "at most this many kernels queued per stream (waits on the oldest); 0 = as many "
+                 "as the driver takes")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--alloc-mib", o.alloc_mib, "cuMemAlloc this many MiB first (exit 2 if it fails)");
   app.add_flag("--explicit-context", o.explicit_context,
                "use cuCtxCreate instead of the primary context");
   app.add_flag("--events", o.events,
                "time the run with events on the first stream (one thread) and report gpu_ms");
   CLI11_PARSE(app, argc, argv);
-  if (o.seconds <= 0 && o.count == 0) o.seconds = 1;
+  // Neither --seconds nor --count: run until SIGTERM/SIGINT.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 
   samples::check(cuInit(0), "cuInit");
   CUdevice dev;
   samples::check(cuDeviceGet(&dev, o.device), "cuDeviceGet");
   CUcontext ctx;
+  // Blocking sync: waiting threads sleep instead of spinning (2-core CI machines).
   if (o.explicit_context) {
     CUctxCreateParams params{};
-    samples::check(cuCtxCreate(&ctx, &params, 0, dev), "cuCtxCreate");
+    samples::check(cuCtxCreate(&ctx, &params, CU_CTX_SCHED_BLOCKING_SYNC, dev), "cuCtxCreate");
   } else {
+    cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC);
     samples::check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     samples::check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+  CUdeviceptr buffer = 0;
+  if (o.alloc_mib) {
+    if (CUresult r = cuMemAlloc(&buffer, o.alloc_mib << 20); r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "spin_worker: cuMemAlloc(%llu MiB) failed: %s\n",
+                   static_cast<unsigned long long>(o.alloc_mib), samples::error_name(r).c_str());
+      return 2;
+    }
   }
   CUmodule module;
   samples::check(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
   CUfunction spin;
   samples::check(cuModuleGetFunction(&spin, module, "spin"), "cuModuleGetFunction(spin)");
 
-  const uint64_t kernel_ns = static_cast<uint64_t>(o.kernel_us * 1000.0);
   Shared shared;
   CUevent start_event = nullptr, stop_event = nullptr;
   const bool timed = o.events && o.threads == 1;
+  const bool until_signal = o.seconds <= 0 && o.count == 0;
 
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -93,36 +151,56 @@ int main(int argc, char** argv) {
     std::vector<CUstream> streams(static_cast<size_t>(o.streams));
     for (auto& s : streams)
       samples::check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    std::vector<std::deque<CUevent>> pending(streams.size());
     if (timed && index == 0) {
-      samples::check(cuEventCreate(&start_event, CU_EVENT_DEFAULT), "cuEventCreate");
-      samples::check(cuEventCreate(&stop_event, CU_EVENT_DEFAULT), "cuEventCreate");
+      samples::check(cuEventCreate(&start_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
+      samples::check(cuEventCreate(&stop_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
       samples::check(cuEventRecord(start_event, streams[0]), "cuEventRecord");
     }
-    uint64_t ns = kernel_ns;
-    void* params[] = {&ns};
+    Durations durations(o, index);
     for (size_t i = 0;; ++i) {
+      if (g_stop.load(std::memory_order_relaxed)) break;
       if (o.count) {
         if (shared.launches.fetch_add(1) >= o.count) {
           shared.launches--;
           break;
         }
-      } else if (std::chrono::steady_clock::now() >= deadline) {
+      } else if (!until_signal && std::chrono::steady_clock::now() >= deadline) {
         break;
       }
-      CUresult r =
-          cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, streams[i % streams.size()], params, nullptr);
+      const size_t si = i % streams.size();
+      uint64_t ns = durations.next_ns();
+      void* params[] = {&ns};
+      CUresult r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, streams[si], params, nullptr);
       if (r != CUDA_SUCCESS) {
         if (o.count) shared.launches--;
         record_error(shared, r, "cuLaunchKernel");
         break;
       }
       if (!o.count) shared.launches++;
+      shared.kernel_ns_total += ns;
+      if (o.inflight > 0) {
+        CUevent e;
+        samples::check(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC),
+                       "cuEventCreate");
+        samples::check(cuEventRecord(e, streams[si]), "cuEventRecord");
+        pending[si].push_back(e);
+        if (pending[si].size() >= static_cast<size_t>(o.inflight)) {
+          if (CUresult w = cuEventSynchronize(pending[si].front()); w != CUDA_SUCCESS) {
+            record_error(shared, w, "cuEventSynchronize");
+          }
+          cuEventDestroy(pending[si].front());
+          pending[si].pop_front();
+        }
+      }
     }
     if (timed && index == 0) samples::check(cuEventRecord(stop_event, streams[0]), "cuEventRecord");
-    for (auto& s : streams) {
-      if (CUresult r = cuStreamSynchronize(s); r != CUDA_SUCCESS)
+    for (size_t si = 0; si < streams.size(); ++si) {
+      if (CUresult r = cuStreamSynchronize(streams[si]); r != CUDA_SUCCESS) {
         record_error(shared, r, "cuStreamSynchronize");
-      cuStreamDestroy(s);
+      }
+      for (CUevent e : pending[si]) cuEventDestroy(e);
+      cuStreamDestroy(streams[si]);
     }
   };
   std::vector<std::thread> threads;
@@ -131,15 +209,17 @@ int main(int argc, char** argv) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  nlohmann::json out{
-      {"pid", getpid()},
-      {"launches", shared.launches.load()},
-      {"seconds", elapsed},
-      {"kernels_per_s", elapsed > 0 ? static_cast<double>(shared.launches.load()) / elapsed : 0.0},
-      {"kernel_ns", kernel_ns},
-      {"streams", o.streams},
-      {"threads", o.threads},
-      {"errors", shared.errors.load()}};
+  const uint64_t launches = shared.launches.load();
+  nlohmann::json out{{"pid", getpid()},
+                     {"launches", launches},
+                     {"seconds", elapsed},
+                     {"kernels_per_s", elapsed > 0 ? static_cast<double>(launches) / elapsed : 0.0},
+                     {"kernel_ns", launches ? shared.kernel_ns_total.load() / launches : 0},
+                     {"kernel_ns_total", shared.kernel_ns_total.load()},
+                     {"streams", o.streams},
+                     {"threads", o.threads},
+                     {"alloc_bytes", o.alloc_mib << 20},
+                     {"errors", shared.errors.load()}};
   if (!shared.first_error.empty()) out["first_error"] = shared.first_error;
   if (timed) {
     float ms = 0;
@@ -152,10 +232,11 @@ int main(int argc, char** argv) {
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
   cuModuleUnload(module);
+  if (buffer) cuMemFree(buffer);
   if (o.explicit_context) {
     cuCtxDestroy(ctx);
   } else {
     cuDevicePrimaryCtxRelease(dev);
   }
-  return shared.errors.load() ? 2 : 0;
+  return shared.errors.load() ? 3 : 0;
 }

@@ -40,7 +40,8 @@ nlohmann::json snapshot(StateFile& file) {
                        {"busy_ns", dev.busy_ns},
                        {"processes", processes}});
   }
-  return {{"devices", devices}};
+  // time_ns: CLOCK_MONOTONIC of this snapshot, so two snapshots give an exact window.
+  return {{"devices", devices}, {"time_ns", lock.now()}};
 }
 
 void print_text(const nlohmann::json& j) {

@@ -1,0 +1,574 @@
+// The simulated driver and NVML in one process: cuGetProcAddress resolution,
+// timing, memory paths, graphs, host callbacks, NVML agreement, XID events,
+// and recovery from a client that died holding the state lock.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <nvml_subset.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr const char* kPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry spin(.param .u64 ns)
+{
+  ret;
+}
+.visible .entry noop()
+{
+  ret;
+}
+)";
+
+class Api : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    ASSERT_EQ(cuModuleLoadData(&module_, kPtx), CUDA_SUCCESS);
+    ASSERT_EQ(cuModuleGetFunction(&spin_, module_, "spin"), CUDA_SUCCESS);
+    ASSERT_EQ(cuModuleGetFunction(&noop_, module_, "noop"), CUDA_SUCCESS);
+  }
+  void SetUp() override { ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS); }
+
+  static CUresult launch_spin(uint64_t ns, CUstream stream = nullptr) {
+    void* params[] = {&ns};
+    return cuLaunchKernel(spin_, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  }
+  static float elapsed_ms(CUevent a, CUevent b) {
+    float ms = -1;
+    EXPECT_EQ(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+    return ms;
+  }
+
+  static inline CUcontext ctx_ = nullptr;
+  static inline CUmodule module_ = nullptr;
+  static inline CUfunction spin_ = nullptr, noop_ = nullptr;
+};
+
+// ---- cuGetProcAddress ----
+
+void* exported(const char* symbol) {
+  static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return lib ? dlsym(lib, symbol) : nullptr;
+}
+
+struct Row {
+  const char* base;
+  int version;
+  int per_thread;
+  const char* symbol;
+};
+
+const Row kRows[] = {
+#define FAKEGPU_PROC(base, version, pt, symbol) {base, version, pt, #symbol},
+#include "tests/fakegpu/cuda/proc_table.inc"
+#undef FAKEGPU_PROC
+};
+
+TEST_F(Api, ProcAddressResolvesEveryTypedefToItsVersionedExport) {
+  for (const Row& row : kRows) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    const cuuint64_t flags = row.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                            : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    ASSERT_EQ(cuGetProcAddress_v2(row.base, &fn, row.version, flags, &status), CUDA_SUCCESS)
+        << row.symbol;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS) << row.symbol;
+    ASSERT_NE(exported(row.symbol), nullptr) << row.symbol << " is not exported";
+    EXPECT_EQ(fn, exported(row.symbol))
+        << row.base << " @" << row.version << " should be " << row.symbol;
+  }
+}
+
+struct Case {
+  const char* base;
+  int version;
+  cuuint64_t flags;
+  const char* expected;
+};
+
+TEST_F(Api, ProcAddressPicksTheAbiForTheRequestedVersionAndFlags) {
+  const Case cases[] = {
+      {"cuMemAlloc", 2000, 0, "cuMemAlloc"},
+      {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
+      {"cuMemAlloc", 13000, 0, "cuMemAlloc_v2"},
+      {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 12000, 0, "cuCtxCreate_v3"},
+      {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+      {"cuCtxSynchronize", 12080, 0, "cuCtxSynchronize"},
+      {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+      {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuLaunchKernel_ptsz"},
+      {"cuLaunchKernel", 4000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel"},
+      {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemcpyHtoD_v2_ptds"},
+      {"cuMemcpyHtoD", 3020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2"},
+      {"cuStreamGetCaptureInfo", 12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuStreamGetCaptureInfo_v3_ptsz"},
+      {"cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemAllocAsync_ptsz"},
+      {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+      {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+      {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
+      {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+  };
+  for (const Case& c : cases) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    ASSERT_EQ(cuGetProcAddress_v2(c.base, &fn, c.version, c.flags, &status), CUDA_SUCCESS)
+        << c.base;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+    EXPECT_EQ(fn, exported(c.expected))
+        << c.base << " @" << c.version << " flags " << c.flags << " -> " << c.expected;
+  }
+  void* fn = nullptr;
+  // cuda.h maps cuGetProcAddress to _v2; the 4-argument export is still there.
+  auto v1 = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t)>(exported("cuGetProcAddress"));
+  ASSERT_NE(v1, nullptr);
+  ASSERT_EQ(v1("cuMemGetInfo", &fn, 12000, 0), CUDA_SUCCESS);
+  EXPECT_EQ(fn, exported("cuMemGetInfo_v2"));
+}
+
+TEST_F(Api, ProcAddressReportsUnknownAndTooOldAndRejectsTooNew) {
+  void* fn = reinterpret_cast<void*>(1);
+  CUdriverProcAddressQueryResult status{};
+  EXPECT_EQ(cuGetProcAddress_v2("cuDoesNotExist", &fn, 12000, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  fn = reinterpret_cast<void*>(1);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11000, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 13010, 0, &status), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &fn, 12000, 4, &status), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetProcAddress_v2(nullptr, &fn, 12000, 0, &status), CUDA_ERROR_INVALID_VALUE);
+  // A function fakegpu does not model is still found and answers NOT_SUPPORTED.
+  EXPECT_EQ(cuGetProcAddress_v2("cuGraphicsMapResources", &fn, 12000, 0, &status), CUDA_SUCCESS);
+  ASSERT_NE(fn, nullptr);
+  EXPECT_EQ(reinterpret_cast<CUresult (*)(unsigned, CUgraphicsResource*, CUstream)>(fn)(0, nullptr,
+                                                                                        nullptr),
+            CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// ---- timing ----
+
+TEST_F(Api, EventsMeasureSimulatedKernelTime) {
+  CUevent start, stop;
+  ASSERT_EQ(cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&stop, 0), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(stop, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(cuEventQuery(stop), CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, stop), CUDA_ERROR_NOT_READY);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cuEventSynchronize(stop), CUDA_SUCCESS);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(15));
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);
+  EXPECT_NEAR(elapsed_ms(start, stop), 20.0, 1.0);
+
+  // Kernels without a duration parameter take FAKEGPU_KERNEL_NS (default 10 us).
+  ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(cuLaunchKernel(noop_, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(stop, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_NEAR(elapsed_ms(start, stop), 1.0, 0.05);
+
+  // The `extra` buffer form carries the duration too.
+  uint64_t ns = 3'000'000;
+  size_t size = sizeof ns;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ns, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s, nullptr, extra), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(stop, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_NEAR(elapsed_ms(start, stop), 3.0, 0.15);
+  cuStreamDestroy(s);
+  cuEventDestroy(start);
+  cuEventDestroy(stop);
+}
+
+TEST_F(Api, LaunchValidatesItsArguments) {
+  uint64_t ns = 1;
+  void* params[] = {&ns};
+  EXPECT_EQ(cuLaunchKernel(spin_, 0, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(spin_, 1, 1, 1, 1025, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  CUfunction missing;
+  EXPECT_EQ(cuModuleGetFunction(&missing, module_, "absent"), CUDA_ERROR_NOT_FOUND);
+}
+
+TEST_F(Api, GraphsCaptureAndReplayKernels) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureStatus status;
+  ASSERT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch_spin(1'000'000, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph graph;
+  ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  size_t nodes = 0;
+  ASSERT_EQ(cuGraphGetNodes(graph, nullptr, &nodes), CUDA_SUCCESS);
+  EXPECT_EQ(nodes, 3u);
+  CUgraphExec exec;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  CUevent a, b;
+  cuEventCreate(&a, 0);
+  cuEventCreate(&b, 0);
+  ASSERT_EQ(cuEventRecord(a, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(b, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_NEAR(elapsed_ms(a, b), 6.0, 0.3);
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(graph);
+  cuStreamDestroy(s);
+}
+
+TEST_F(Api, HostFunctionsRunInStreamOrder) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  static std::atomic<int> calls{0};
+  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchHostFunc(
+                s, [](void*) { calls++; }, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(calls.load(), 0);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(calls.load(), 1);
+  cuStreamDestroy(s);
+}
+
+// ---- memory ----
+
+TEST_F(Api, CopiesAndMemsetsHoldRealBytes) {
+  CUdeviceptr a, b;
+  ASSERT_EQ(cuMemAlloc(&a, 1 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc(&b, 1 << 20), CUDA_SUCCESS);
+  std::vector<uint32_t> in(1 << 18), out(1 << 18);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint32_t>(i * 2654435761u);
+  ASSERT_EQ(cuMemcpyHtoD(a, in.data(), 1 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoD(b, a, 1 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(out.data(), b, 1 << 20), CUDA_SUCCESS);
+  EXPECT_EQ(in, out);
+  ASSERT_EQ(cuMemsetD32(b + 4, 0xdeadbeef, 2), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(out.data(), b, 16), CUDA_SUCCESS);
+  EXPECT_EQ(out[0], in[0]);
+  EXPECT_EQ(out[1], 0xdeadbeefu);
+  EXPECT_EQ(out[2], 0xdeadbeefu);
+  EXPECT_EQ(out[3], in[3]);
+  EXPECT_EQ(cuMemcpyHtoD(a + (1 << 20) - 4, in.data(), 8),
+            CUDA_ERROR_INVALID_VALUE);  // past the end
+  CUdeviceptr base;
+  size_t size;
+  ASSERT_EQ(cuMemGetAddressRange(&base, &size, a + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, a);
+  EXPECT_EQ(size, 1u << 20);
+  cuMemFree(a);
+  cuMemFree(b);
+}
+
+TEST_F(Api, EveryAllocationPathChargesTheDevice) {
+  size_t free0, total;
+  ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);
+  auto used_since = [&] {
+    size_t f, t;
+    EXPECT_EQ(cuMemGetInfo(&f, &t), CUDA_SUCCESS);
+    return free0 - f;
+  };
+  CUdeviceptr p;
+  size_t pitch = 0;
+  ASSERT_EQ(cuMemAllocPitch(&p, &pitch, 1000, 100, 4), CUDA_SUCCESS);
+  EXPECT_EQ(pitch, 1024u);
+  EXPECT_EQ(used_since(), 1024u * 100);
+  cuMemFree(p);
+
+  ASSERT_EQ(cuMemAllocManaged(&p, 4 << 20, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+  reinterpret_cast<char*>(p)[123] = 7;  // managed memory is host-accessible
+  EXPECT_EQ(used_since(), 4u << 20);
+  cuMemFree(p);
+
+  // Pools keep freed memory until a sync point returns what exceeds the release threshold.
+  CUmemoryPool pool;
+  ASSERT_EQ(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocAsync(&p, 3 << 20, s), CUDA_SUCCESS);
+  cuuint64_t reserved = 0, used = 0;
+  ASSERT_EQ(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used), CUDA_SUCCESS);
+  EXPECT_EQ(reserved, 4u << 20);  // 2 MiB granules
+  EXPECT_EQ(used, 3u << 20);
+  EXPECT_EQ(used_since(), 4u << 20);
+  cuuint64_t threshold = 64 << 20;
+  ASSERT_EQ(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 4u << 20);  // kept: below the threshold
+  ASSERT_EQ(cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);
+  threshold = 0;
+  cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+
+  // VMM: charged at cuMemCreate; freed only once released and unmapped.
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t granularity = 0;
+  ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h;
+  EXPECT_EQ(cuMemCreate(&h, granularity + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemCreate(&h, 2 * granularity, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 2 * granularity);
+  ASSERT_EQ(cuMemAddressReserve(&p, 2 * granularity, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(p, 2 * granularity, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(cuMemSetAccess(p, 2 * granularity, &access, 1), CUDA_SUCCESS);
+  uint32_t word = 42, back = 0;
+  ASSERT_EQ(cuMemcpyHtoD(p + granularity, &word, 4), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(&back, p + granularity, 4), CUDA_SUCCESS);
+  EXPECT_EQ(back, 42u);
+  ASSERT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 2 * granularity);  // still mapped
+  ASSERT_EQ(cuMemUnmap(p, 2 * granularity), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);
+  ASSERT_EQ(cuMemAddressFree(p, 2 * granularity), CUDA_SUCCESS);
+
+  // Host locations do not use device memory.
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  ASSERT_EQ(cuMemCreate(&h, granularity, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);
+  cuMemRelease(h);
+
+  // Arrays.
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = 1024;
+  desc.Height = 1024;
+  desc.Format = CU_AD_FORMAT_FLOAT;
+  desc.NumChannels = 4;
+  CUarray array;
+  ASSERT_EQ(cuArray3DCreate(&array, &desc), CUDA_SUCCESS);
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  ASSERT_EQ(cuArrayGetMemoryRequirements(&req, array, 0), CUDA_SUCCESS);
+  EXPECT_EQ(req.size, 16u << 20);
+  EXPECT_EQ(used_since(), 16u << 20);
+  cuArrayDestroy(array);
+  EXPECT_EQ(used_since(), 0u);
+
+  // Pinned host memory is not device memory.
+  void* host = nullptr;
+  ASSERT_EQ(cuMemAllocHost(&host, 1 << 20), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);
+  cuMemFreeHost(host);
+  cuStreamDestroy(s);
+}
+
+TEST_F(Api, ExplicitContextsCostTheirOverhead) {
+  size_t free0, free1, total;
+  ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);
+  CUcontext extra;
+  CUctxCreateParams params{};
+  ASSERT_EQ(cuCtxCreate(&extra, &params, 0, 0), CUDA_SUCCESS);
+  CUcontext current;
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, extra);
+  ASSERT_EQ(cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free1, 300u << 20);
+  ASSERT_EQ(cuCtxDestroy(extra), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0, free1);
+}
+
+// ---- NVML ----
+
+TEST_F(Api, NvmlAgreesWithTheDriverView) {
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  CUdeviceptr p;
+  ASSERT_EQ(cuMemAlloc(&p, 1ull << 30), CUDA_SUCCESS);
+  nvmlDevice_t dev;
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(0, &dev), NVML_SUCCESS);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
+  nvmlMemory_t mem{};
+  ASSERT_EQ(nvmlDeviceGetMemoryInfo(dev, &mem), NVML_SUCCESS);
+  EXPECT_EQ(mem.total, total);
+  EXPECT_EQ(mem.free, free);
+  EXPECT_EQ(mem.used, total - free);
+  nvmlMemory_v2_t mem2{};
+  EXPECT_EQ(nvmlDeviceGetMemoryInfo_v2(dev, &mem2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+  mem2.version = nvmlMemory_v2;
+  ASSERT_EQ(nvmlDeviceGetMemoryInfo_v2(dev, &mem2), NVML_SUCCESS);
+  EXPECT_EQ(mem2.used, mem.used);
+
+  unsigned count = 0;
+  EXPECT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, nullptr),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  ASSERT_EQ(count, 1u);
+  nvmlProcessInfo_t info{};
+  ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, &info), NVML_SUCCESS);
+  EXPECT_EQ(info.pid, static_cast<unsigned>(getpid()));          // host PID
+  EXPECT_EQ(info.usedGpuMemory, (1ull << 30) + (300ull << 20));  // allocations + context
+  EXPECT_EQ(info.usedGpuMemory, mem.used);
+
+  char uuid[NVML_DEVICE_UUID_BUFFER_SIZE];
+  ASSERT_EQ(nvmlDeviceGetUUID(dev, uuid, sizeof uuid), NVML_SUCCESS);
+  CUuuid cu{};
+  ASSERT_EQ(cuDeviceGetUuid_v2(&cu, 0), CUDA_SUCCESS);
+  char formatted[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(cu.bytes);
+  std::snprintf(formatted, sizeof formatted,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  EXPECT_STREQ(uuid, formatted);
+  nvmlDevice_t by_uuid;
+  ASSERT_EQ(nvmlDeviceGetHandleByUUID(uuid, &by_uuid), NVML_SUCCESS);
+  EXPECT_EQ(by_uuid, dev);
+  char name[NVML_DEVICE_NAME_BUFFER_SIZE], cu_name[64];
+  ASSERT_EQ(nvmlDeviceGetName(dev, name, sizeof name), NVML_SUCCESS);
+  ASSERT_EQ(cuDeviceGetName(cu_name, sizeof cu_name, 0), CUDA_SUCCESS);
+  EXPECT_STREQ(name, cu_name);
+  nvmlPciInfo_t pci{};
+  ASSERT_EQ(nvmlDeviceGetPciInfo_v3(dev, &pci), NVML_SUCCESS);
+  char cu_pci[32];
+  ASSERT_EQ(cuDeviceGetPCIBusId(cu_pci, sizeof cu_pci, 0), CUDA_SUCCESS);
+  EXPECT_STREQ(pci.busId, cu_pci);
+
+  // Utilisation from the engine timeline: 300 ms of kernels in the last second.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch_spin(100'000'000), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  nvmlUtilization_t util{};
+  ASSERT_EQ(nvmlDeviceGetUtilizationRates(dev, &util), NVML_SUCCESS);
+  EXPECT_GE(util.gpu, 25u);  // 300 ms of the last second (more if the state file is younger)
+  nvmlProcessUtilizationSample_t samples[4];
+  unsigned n = 4;
+  ASSERT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, 0), NVML_SUCCESS);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(samples[0].pid, static_cast<unsigned>(getpid()));
+  EXPECT_GT(samples[0].smUtil, 0u);
+  n = 4;
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, samples[0].timeStamp + 10'000'000),
+            NVML_ERROR_NOT_FOUND);
+
+  // An idle second later the device reads idle.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  ASSERT_EQ(nvmlDeviceGetUtilizationRates(dev, &util), NVML_SUCCESS);
+  EXPECT_EQ(util.gpu, 0u);
+
+  cuMemFree(p);
+  EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
+}
+
+TEST_F(Api, NvmlDeliversInjectedXidEventsFromAnotherProcess) {
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  nvmlDevice_t dev;
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(1, &dev), NVML_SUCCESS);
+  nvmlEventSet_t set;
+  ASSERT_EQ(nvmlEventSetCreate(&set), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, set), NVML_SUCCESS);
+  nvmlEventData_t data{};
+  EXPECT_EQ(nvmlEventSetWait_v2(set, &data, 20), NVML_ERROR_TIMEOUT);
+  std::thread injector([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(std::system(FAKEGPU_STAT_PATH " --inject-xid 1 79"), 0);
+  });
+  const nvmlReturn_t r = nvmlEventSetWait_v2(set, &data, 10'000);
+  injector.join();
+  ASSERT_EQ(r, NVML_SUCCESS);
+  EXPECT_EQ(data.eventType, static_cast<unsigned long long>(nvmlEventTypeXidCriticalError));
+  EXPECT_EQ(data.eventData, 79u);
+  EXPECT_EQ(data.device, dev);
+  EXPECT_EQ(nvmlEventSetWait_v2(set, &data, 20), NVML_ERROR_TIMEOUT);
+  // Events for a device the set did not register are not delivered.
+  ASSERT_EQ(std::system(FAKEGPU_STAT_PATH " --inject-xid 0 48"), 0);
+  EXPECT_EQ(nvmlEventSetWait_v2(set, &data, 50), NVML_ERROR_TIMEOUT);
+  nvmlEventSetFree(set);
+  nvmlShutdown();
+}
+
+TEST_F(Api, SurvivesAClientKilledWhileHoldingTheStateLock) {
+  // A forked child takes the state mutex with its own mapping and dies holding it.
+  const pid_t child = fork();
+  if (child == 0) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    (void)lib;
+    // The child cannot use CUDA (forked after init); lock the mutex through
+    // the state file directly, at its fixed offset in the header.
+    const char* path = std::getenv("FAKEGPU_STATE");
+    FILE* f = std::fopen(path, "r+");
+    if (!f) _exit(3);
+    struct Header {
+      uint64_t magic;
+      uint32_t version, device_count;
+      uint64_t total_size;
+      pthread_mutex_t mutex;
+    };
+    void* map = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0);
+    if (map == MAP_FAILED) _exit(4);
+    pthread_mutex_lock(&static_cast<Header*>(map)->mutex);
+    _exit(0);  // dies holding the lock
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);  // EOWNERDEAD handled, state repaired
+  EXPECT_EQ(launch_spin(1000), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Own state file and two devices for this test process.
+  char dir[] = "/tmp/fakegpu-api-test-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return 2;
+  const std::string state = std::string(dir) + "/state";
+  setenv("FAKEGPU_STATE", state.c_str(), 1);
+  setenv("FAKEGPU_DEVICES", "H100-80GB:80Gi:132;T4:16Gi:40", 1);
+  unsetenv("FAKEGPU_CONTEXT_OVERHEAD");
+  unsetenv("FAKEGPU_KERNEL_NS");
+  unsetenv("FAKEGPU_DRIVER_VERSION");
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  unlink(state.c_str());
+  rmdir(dir);
+  return rc;
+}

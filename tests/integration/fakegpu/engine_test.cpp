@@ -1,0 +1,202 @@
+// The simulated engine on a fake clock: round-robin time slices, preemption
+// at slice boundaries, stream order, events, queue bounds and memory.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "tests/fakegpu/core/config.hpp"
+#include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/state_file.hpp"
+
+namespace fakegpu {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kT0 = 1'000 * kMs;  // arbitrary start of the fake monotonic clock
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = std::make_unique<SharedState>();
+    Config config;
+    config.devices = {{"H100-80GB", 80ull << 30, 132, 9, 0}, {"T4", 16ull << 30, 40, 7, 5}};
+    config.timeslice_ns = 2 * kMs;
+    init_state_contents(*state_, config, 42, kT0);
+    for (int i = 0; i < 2; ++i) {
+      state_->procs[i].state = SlotState::live;
+      state_->procs[i].pid = 100 + i;
+      state_->procs[i].registered_ns = kT0;
+    }
+  }
+  SharedState& s() { return *state_; }
+  int32_t context(int32_t proc, uint32_t device = 0) {
+    bool oom = false;
+    int32_t c = create_context(s(), proc, device, 300ull << 20, kT0, &oom);
+    EXPECT_GE(c, 0);
+    return c;
+  }
+  uint64_t kernel(int32_t ctx, uint64_t ns, uint64_t at = kT0) {
+    return enqueue(s(), ctx, ItemKind::kernel, ns, -1, 0, kQueueCap, at);
+  }
+  std::unique_ptr<SharedState> state_;
+};
+
+TEST_F(EngineTest, LoneContextRunsBackToBack) {
+  int32_t a = context(0);
+  for (int i = 0; i < 10; ++i) kernel(a, kMs);
+  advance_all(s(), kT0 + 5 * kMs);
+  EXPECT_EQ(s().contexts[a].completed_seq, 5u);
+  EXPECT_EQ(s().devices[0].busy_ns, 5 * kMs);
+  advance_all(s(), kT0 + 50 * kMs);
+  EXPECT_EQ(s().contexts[a].completed_seq, 10u);
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 10 * kMs);
+}
+
+TEST_F(EngineTest, LoneLongKernelIsNotPreempted) {
+  int32_t a = context(0);
+  kernel(a, 10 * kMs);
+  advance_all(s(), kT0 + 10 * kMs);
+  EXPECT_EQ(s().contexts[a].completed_seq, 1u);
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
+}
+
+TEST_F(EngineTest, TwoContextsAlternateInTimeslices) {
+  int32_t a = context(0), b = context(1);
+  for (int i = 0; i < 100; ++i) kernel(a, kMs / 2);
+  for (int i = 0; i < 100; ++i) kernel(b, kMs / 2);
+  advance_all(s(), kT0 + 3 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 2 * kMs);  // A had the first slice
+  EXPECT_EQ(s().procs[1].busy[0], 1 * kMs);
+  advance_all(s(), kT0 + 40 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 20 * kMs);
+  EXPECT_EQ(s().procs[1].busy[0], 20 * kMs);
+  advance_all(s(), kT0 + 1000 * kMs);
+  EXPECT_EQ(s().devices[0].busy_ns, 100 * kMs);  // never idle while work waited
+  EXPECT_EQ(std::max(s().contexts[a].last_done_ns, s().contexts[b].last_done_ns), kT0 + 100 * kMs);
+}
+
+TEST_F(EngineTest, LongKernelsArePreemptedAtSliceBoundaries) {
+  int32_t a = context(0), b = context(1);
+  kernel(a, 10 * kMs);
+  kernel(b, 10 * kMs);
+  advance_all(s(), kT0 + 100 * kMs);
+  // Slices of 2 ms alternate: A runs [0,2) [4,6) ... [16,18), B ends at 20.
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 18 * kMs);
+  EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 20 * kMs);
+}
+
+TEST_F(EngineTest, ContextsOnDifferentDevicesRunInParallel) {
+  int32_t a = context(0, 0), b = context(1, 1);
+  kernel(a, 10 * kMs);
+  kernel(b, 10 * kMs);
+  advance_all(s(), kT0 + 100 * kMs);
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
+  EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 10 * kMs);
+}
+
+TEST_F(EngineTest, LateArrivalWaitsAtMostOneSlice) {
+  int32_t a = context(0), b = context(1);
+  kernel(a, 100 * kMs);
+  advance_all(s(), kT0 + 50 * kMs);
+  kernel(b, 1 * kMs, kT0 + 50 * kMs);
+  advance_all(s(), kT0 + 200 * kMs);
+  EXPECT_LE(s().contexts[b].last_done_ns, kT0 + 53 * kMs);
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 101 * kMs);
+}
+
+TEST_F(EngineTest, EventMarkersCompleteInStreamOrder) {
+  int32_t a = context(0);
+  int32_t e1 = create_event(s(), 0), e2 = create_event(s(), 0);
+  kernel(a, 3 * kMs);
+  enqueue(s(), a, ItemKind::marker, 0, e1, 1, kQueueCap, kT0);
+  kernel(a, 2 * kMs);
+  enqueue(s(), a, ItemKind::marker, 0, e2, 1, kQueueCap, kT0);
+  advance_all(s(), kT0 + 4 * kMs);
+  EXPECT_EQ(s().events[e1].completed, 1u);
+  EXPECT_EQ(s().events[e1].time_ns, kT0 + 3 * kMs);
+  EXPECT_EQ(s().events[e2].completed, 0u);
+  advance_all(s(), kT0 + 10 * kMs);
+  EXPECT_EQ(s().events[e2].time_ns, kT0 + 5 * kMs);
+}
+
+TEST_F(EngineTest, WaitEventBlocksAnotherContext) {
+  int32_t a = context(0), b = context(1);
+  int32_t e = create_event(s(), 0);
+  kernel(a, 5 * kMs);
+  enqueue(s(), a, ItemKind::marker, 0, e, 1, kQueueCap, kT0);
+  enqueue(s(), b, ItemKind::wait_event, 0, e, 1, kQueueCap, kT0);
+  kernel(b, 1 * kMs);
+  advance_all(s(), kT0 + 20 * kMs);
+  // B could not run before A's marker, and A was alone on the engine meanwhile.
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 5 * kMs);
+  EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 6 * kMs);
+}
+
+TEST_F(EngineTest, QueueDepthBoundsPendingWork) {
+  int32_t a = context(0);
+  for (int i = 0; i < 8; ++i) EXPECT_NE(enqueue(s(), a, ItemKind::kernel, kMs, -1, 0, 8, kT0), 0u);
+  EXPECT_EQ(enqueue(s(), a, ItemKind::kernel, kMs, -1, 0, 8, kT0), 0u);
+  EXPECT_NE(enqueue(s(), a, ItemKind::kernel, kMs, -1, 0, 8, kT0 + kMs), 0u);  // one completed
+}
+
+TEST_F(EngineTest, WaitHintIsALowerBound) {
+  int32_t a = context(0), b = context(1);
+  for (int i = 0; i < 4; ++i) kernel(a, kMs);
+  uint64_t last = 0;
+  for (int i = 0; i < 4; ++i) last = kernel(b, kMs);
+  const uint64_t hint = wait_hint_ns(s(), b, last, kT0);
+  advance_all(s(), kT0 + 100 * kMs);
+  EXPECT_LE(kT0 + hint, s().contexts[b].last_done_ns);
+  EXPECT_GE(hint, 4 * kMs);
+}
+
+TEST_F(EngineTest, MemoryIsChargedAgainstCapacity) {
+  const uint64_t total = s().devices[1].total_mem;
+  EXPECT_TRUE(charge(s(), 0, 1, total / 2));
+  EXPECT_FALSE(charge(s(), 1, 1, total / 2 + 1));
+  EXPECT_TRUE(charge(s(), 1, 1, total / 2));
+  EXPECT_EQ(s().devices[1].used_mem, total);
+  uncharge(s(), 0, 1, total / 2);
+  EXPECT_EQ(s().devices[1].used_mem, total / 2);
+}
+
+TEST_F(EngineTest, ContextCreationFailsWhenOverheadDoesNotFit) {
+  bool oom = false;
+  ASSERT_TRUE(charge(s(), 0, 1, s().devices[1].total_mem - (100ull << 20)));
+  EXPECT_EQ(create_context(s(), 1, 1, 300ull << 20, kT0, &oom), -1);
+  EXPECT_TRUE(oom);
+}
+
+TEST_F(EngineTest, ReleasingAProcessFreesItsContextsMemoryAndQueuedWork) {
+  int32_t a = context(0), b = context(1);
+  ASSERT_TRUE(charge(s(), 0, 0, 1ull << 30));
+  kernel(a, 100 * kMs);
+  kernel(b, 1 * kMs);
+  advance_all(s(), kT0 + kMs);
+  release_process(s(), 0, kT0 + kMs);
+  EXPECT_EQ(s().procs[0].state, SlotState::exited);
+  EXPECT_EQ(s().procs[0].mem[0], 0u);
+  EXPECT_EQ(s().devices[0].used_mem, 300ull << 20);  // only B's context remains
+  EXPECT_EQ(s().contexts[a].state, SlotState::free);
+  advance_all(s(), kT0 + 10 * kMs);
+  EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 2 * kMs);  // B no longer waits for A
+  EXPECT_EQ(s().procs[0].busy[0], kMs);                    // busy time of the dead process is kept
+}
+
+TEST_F(EngineTest, BusyHistoryGivesUtilisationWindows) {
+  int32_t a = context(0);
+  kernel(a, 500 * kMs, kT0 + 500 * kMs);
+  advance_all(s(), kT0 + 1500 * kMs);
+  uint64_t busy = 0, span = 0;
+  EXPECT_TRUE(device_busy_since(s(), 0, kT0 + 500 * kMs, kT0 + 1500 * kMs, &busy, &span));
+  EXPECT_EQ(busy, 500 * kMs);
+  EXPECT_EQ(span, 1000 * kMs);
+  EXPECT_TRUE(process_busy_since(s(), 0, 0, kT0 + 1000 * kMs, kT0 + 1500 * kMs, &busy, &span));
+  EXPECT_EQ(busy, 0u);
+  EXPECT_TRUE(process_busy_since(s(), 0, 0, kT0 + 700 * kMs, kT0 + 1500 * kMs, &busy, &span));
+  EXPECT_EQ(busy, 300 * kMs);
+}
+
+}  // namespace
+}  // namespace fakegpu

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""Multi-process fakegpu scenarios (ctest fakegpu.*).
+
+Usage: scenarios.py <scenario> --stat PATH --alloc-probe PATH --spin-worker PATH
+Each run gets its own temporary FAKEGPU_STATE. Shares and busy fractions come
+from fakegpu-stat's ground truth over an exact simulated window (time_ns).
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ARGS = None
+
+
+def fail(message):
+    print("FAIL: " + message)
+    sys.exit(1)
+
+
+def env_with(extra):
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def stat(env):
+    out = subprocess.run([ARGS.stat, "--json"], env=env, capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        fail("fakegpu-stat failed: " + out.stderr)
+    return json.loads(out.stdout)
+
+
+def proc_busy(snapshot, pid, device=0):
+    for p in snapshot["devices"][device]["processes"]:
+        if p["pid"] == pid:
+            return p["busy_ns"]
+    return 0
+
+
+def proc_memory(snapshot, pid, device=0):
+    for p in snapshot["devices"][device]["processes"]:
+        if p["pid"] == pid:
+            return p["memory_used"]
+    return 0
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def read_json_line(proc, timeout=30):
+    line = proc.stdout.readline()
+    if not line:
+        fail("no JSON line from pid %d: %s" % (proc.pid, proc.stderr.read() if proc.stderr else ""))
+    return json.loads(line)
+
+
+def spawn(cmd, env):
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=30):
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        fail("%s exited %d: %s" % (proc.args, proc.returncode, err))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- scenarios
+
+def two_processes_share(env):
+    """Two busy contexts on one device: 50 % +- 3 each, device >= 97 % busy."""
+    cmd = [ARGS.spin_worker, "--kernel-us", "500", "--seconds", "4"]
+    a, b = spawn(cmd, env), spawn(cmd, env)
+    wait_until(lambda: all(proc_busy(stat(env), p.pid) > 0 for p in (a, b)), 10, "both workers to run")
+    first = stat(env)
+    time.sleep(2.5)
+    second = stat(env)
+    window = second["time_ns"] - first["time_ns"]
+    device = second["devices"][0]["busy_ns"] - first["devices"][0]["busy_ns"]
+    shares = [(proc_busy(second, p.pid) - proc_busy(first, p.pid)) / device for p in (a, b)]
+    busy = device / window
+    print("window %.3f s, device busy %.2f %%, shares %.2f %% / %.2f %%" %
+          (window / 1e9, 100 * busy, 100 * shares[0], 100 * shares[1]))
+    for p in (a, b):
+        finish(p)
+    if busy < 0.97:
+        fail("device busy %.2f %% < 97 %%" % (100 * busy))
+    for s in shares:
+        if abs(s - 0.5) > 0.03:
+            fail("share %.2f %% not within 50 +- 3 %%" % (100 * s))
+
+
+def lone_process_busy(env):
+    """A lone context runs back to back; event timings match kernel durations."""
+    worker = spawn([ARGS.spin_worker, "--kernel-us", "200", "--seconds", "3"], env)
+    wait_until(lambda: proc_busy(stat(env), worker.pid) > 0, 10, "the worker to run")
+    first = stat(env)
+    time.sleep(1.5)
+    second = stat(env)
+    window = second["time_ns"] - first["time_ns"]
+    busy = (second["devices"][0]["busy_ns"] - first["devices"][0]["busy_ns"]) / window
+    mine = (proc_busy(second, worker.pid) - proc_busy(first, worker.pid)) / window
+    print("lone worker: device busy %.2f %%, its share %.2f %%" % (100 * busy, 100 * mine))
+    finish(worker)
+    if busy < 0.97 or mine < 0.97:
+        fail("lone process not back to back: %.2f %%" % (100 * busy))
+
+    # 40 kernels of 10 ms: events measure 400 ms (+-5 %), the sync waits for them.
+    timed = finish(spawn([ARGS.spin_worker, "--kernel-us", "10000", "--count", "40", "--events"], env))
+    print("timed run:", json.dumps(timed))
+    if abs(timed["gpu_ms"] - 400.0) > 20.0:
+        fail("event time %.3f ms, expected 400 ms +- 5 %%" % timed["gpu_ms"])
+    if timed["seconds"] < 0.38:
+        fail("synchronize returned before the simulated kernels finished (%.3f s)" % timed["seconds"])
+    # Per-kernel: 200 short kernels of 1 ms each take 200 ms of device time.
+    before = stat(env)
+    short = finish(spawn([ARGS.spin_worker, "--kernel-us", "1000", "--count", "200", "--events"], env))
+    after = stat(env)
+    device = after["devices"][0]["busy_ns"] - before["devices"][0]["busy_ns"]
+    print("200 x 1 ms: device busy %.3f ms, events %.3f ms" % (device / 1e6, short["gpu_ms"]))
+    if abs(device / 1e6 - 200.0) > 10.0 or abs(short["gpu_ms"] - 200.0) > 10.0:
+        fail("kernel durations off by more than 5 %")
+
+
+def capacity_concurrent(env):
+    """Two concurrent allocators get exactly capacity minus two context overheads."""
+    tmp = env["FAKEGPU_TEST_TMP"]
+    go = os.path.join(tmp, "go")
+    probes = []
+    for i in range(2):
+        ready = os.path.join(tmp, "ready%d" % i)
+        probes.append((ready, spawn([ARGS.alloc_probe, "--step", "64Mi", "--hold-seconds", "3", "--ready-file", ready,
+                                     "--go-file", go], env)))
+    wait_until(lambda: all(os.path.exists(r) for r, _ in probes), 10, "both contexts")
+    open(go, "w").close()
+    results = [read_json_line(p) for _, p in probes]
+    snapshot = stat(env)
+    total = 16 * 2**30
+    overhead = 256 * 2**20
+    obtained = sum(r["bytes"] for r in results)
+    print("obtained %d + %d = %d bytes of %d (overhead %d each); device used %d" %
+          (results[0]["bytes"], results[1]["bytes"], obtained, total, overhead,
+           snapshot["devices"][0]["memory_used"]))
+    for _, p in probes:
+        p.communicate(timeout=30)
+    if obtained != total - 2 * overhead:
+        fail("expected exactly %d bytes" % (total - 2 * overhead))
+    if any(r["result"] != "CUDA_ERROR_OUT_OF_MEMORY" for r in results):
+        fail("a probe did not end with CUDA_ERROR_OUT_OF_MEMORY")
+    if snapshot["devices"][0]["memory_used"] != total:
+        fail("device not full while both held their memory")
+    if any(r["before"]["total"] != total or r["before"]["device_total"] != total for r in results):
+        fail("cuMemGetInfo/cuDeviceTotalMem total wrong")
+    after = stat(env)
+    if after["devices"][0]["memory_used"] != 0:
+        fail("memory not returned after both exited: %d" % after["devices"][0]["memory_used"])
+
+
+def killed_process_memory_returns(env):
+    """kill -9 of a client frees its context and allocations, as the driver does."""
+    probe = spawn([ARGS.alloc_probe, "--step", "256Mi", "--max", "1Gi", "--hold-seconds", "60"], env)
+    result = read_json_line(probe)
+    overhead = 300 * 2**20
+    held = stat(env)
+    mem = proc_memory(held, probe.pid)
+    print("probe holds %d bytes (allocations %d + context %d)" % (mem, result["bytes"], overhead))
+    if mem != result["bytes"] + overhead or result["bytes"] != 2**30:
+        fail("per-process memory should be allocations + context overhead")
+    probe.send_signal(signal.SIGKILL)
+    probe.wait()
+    after = wait_until(lambda: (lambda s: s if s["devices"][0]["memory_used"] == 0 else None)(stat(env)), 5,
+                       "the killed process's memory to return")
+    if proc_memory(after, probe.pid) != 0:
+        fail("killed process still holds memory")
+    # A new process can use the whole device again.
+    full = finish(spawn([ARGS.alloc_probe, "--step", "1Gi"], env))
+    if full["bytes"] != 80 * 2**30 - 2**30:  # 80Gi minus its context, in 1Gi steps (79 fit)
+        fail("capacity not fully available after the kill: %d" % full["bytes"])
+
+
+def bad_configuration(env):
+    """Every knob rejects a malformed value with a clear error; cuInit fails."""
+    cases = [("FAKEGPU_DEVICES", "H100:80Gi"), ("FAKEGPU_DEVICES", "H100:80Gx:132"), ("FAKEGPU_DEVICES", "H100:80Gi:0"),
+             ("FAKEGPU_CONTEXT_OVERHEAD", "300MB"), ("FAKEGPU_TIMESLICE_US", "abc"), ("FAKEGPU_TIMESLICE_US", "0"),
+             ("FAKEGPU_KERNEL_NS", "-1"), ("FAKEGPU_DRIVER_VERSION", "13001"), ("FAKEGPU_COPY_BW", "0"),
+             ("FAKEGPU_HOST_BACKING", "lots"), ("FAKEGPU_QUEUE_DEPTH", "5000")]
+    for name, value in cases:
+        out = subprocess.run([ARGS.alloc_probe, "--max", "1Mi", "--step", "1Mi"], env=env_with({name: value}),
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 or "cuInit failed" not in out.stderr or name not in out.stderr:
+            fail("%s=%s: expected a cuInit failure naming the variable, got rc=%d stderr=%r" %
+                 (name, value, out.returncode, out.stderr))
+        print("%s=%s -> %s" % (name, value, out.stderr.strip().splitlines()[0]))
+    ok = subprocess.run([ARGS.alloc_probe, "--max", "1Mi", "--step", "1Mi"],
+                        env=env_with({"FAKEGPU_DEVICES": "A100:40Gi:108", "FAKEGPU_STATE": env["FAKEGPU_STATE"] + "2"}),
+                        capture_output=True, text=True, timeout=30)
+    if ok.returncode != 0 or json.loads(ok.stdout)["before"]["total"] != 40 * 2**30:
+        fail("a valid FAKEGPU_DEVICES was not honoured: " + ok.stdout + ok.stderr)
+
+
+def api_matrix(env):
+    """alloc_probe works through every allocation API and sees the same capacity."""
+    for api in ["alloc", "pitch", "managed", "async", "pool", "vmm", "array"]:
+        r = finish(spawn([ARGS.alloc_probe, "--api", api, "--step", "1Gi"], env))
+        print(api, r["bytes"], r["result"], r["after"]["free"])
+        if r["result"] != "CUDA_ERROR_OUT_OF_MEMORY" or r["bytes"] != 79 * 2**30:
+            fail("%s: expected 79 GiB then OUT_OF_MEMORY, got %s" % (api, json.dumps(r)))
+        if r["after"]["free"] != r["before"]["free"] - r["bytes"]:
+            fail("%s: cuMemGetInfo free did not drop by the bytes obtained" % api)
+    if stat(env)["devices"][0]["memory_used"] != 0:
+        fail("memory left behind after the probes exited")
+
+
+SCENARIOS = {f.__name__: f for f in [two_processes_share, lone_process_busy, capacity_concurrent,
+                                     killed_process_memory_returns, bad_configuration, api_matrix]}
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--stat", required=True)
+    parser.add_argument("--alloc-probe", required=True)
+    parser.add_argument("--spin-worker", required=True)
+    ARGS = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fakegpu-test-") as tmp:
+        extra = {"FAKEGPU_STATE": os.path.join(tmp, "state"), "FAKEGPU_TEST_TMP": tmp}
+        if ARGS.scenario == "capacity_concurrent":
+            extra.update({"FAKEGPU_DEVICES": "T4:16Gi:40", "FAKEGPU_CONTEXT_OVERHEAD": "256Mi"})
+        for knob in ["FAKEGPU_DEVICES", "FAKEGPU_CONTEXT_OVERHEAD", "FAKEGPU_TIMESLICE_US", "FAKEGPU_KERNEL_NS",
+                     "FAKEGPU_DRIVER_VERSION", "FAKEGPU_COPY_BW", "FAKEGPU_HOST_BACKING", "FAKEGPU_QUEUE_DEPTH"]:
+            if knob not in extra:
+                os.environ.pop(knob, None)
+        SCENARIOS[ARGS.scenario](env_with(extra))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -658,3 +658,112 @@ FAKEGPU_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   return free_region(dptr, {RegionKind::ipc});
 }
+
+// ---- mipmapped arrays (charged like arrays: all levels, rounded to 2 MiB) ----
+
+namespace {
+struct MipmappedObject {
+  uint32_t magic = 0x313A0001;
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  unsigned levels = 0;
+  uint64_t bytes = 0;
+  int device = 0;
+};
+std::set<MipmappedObject*>& mipmaps() {
+  static auto* set = new std::set<MipmappedObject*>();
+  return *set;
+}
+}  // namespace
+
+FAKEGPU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                            unsigned int numMipmapLevels) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  if (pHandle == nullptr || desc == nullptr || numMipmapLevels == 0 || desc->Width == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const uint64_t texel = format_bytes(desc->Format) * desc->NumChannels;
+  if (texel == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t bytes = 0;
+  for (unsigned level = 0; level < numMipmapLevels; ++level) {
+    bytes += std::max<uint64_t>(desc->Width >> level, 1) *
+             std::max<uint64_t>(desc->Height >> level, 1) *
+             std::max<uint64_t>(desc->Depth >> level, 1) * texel;
+  }
+  bytes = round_up(bytes, 2ull << 20);
+  if (CUresult r = charge_device(c->device, bytes); r != CUDA_SUCCESS) return r;
+  auto* m = new MipmappedObject();
+  m->desc = *desc;
+  m->levels = numMipmapLevels;
+  m->bytes = bytes;
+  m->device = c->device;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  mipmaps().insert(m);
+  *pHandle = reinterpret_cast<CUmipmappedArray>(m);
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  auto* m = reinterpret_cast<MipmappedObject*>(hMipmappedArray);
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    if (mipmaps().erase(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  uncharge_device(m->device, m->bytes);
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,
+                                                           CUmipmappedArray mipmap, CUdevice dev) {
+  (void)dev;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  auto* m = reinterpret_cast<MipmappedObject*>(mipmap);
+  if (req == nullptr || !mipmaps().count(m)) return CUDA_ERROR_INVALID_VALUE;
+  *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
+  req->size = m->bytes;
+  req->alignment = 2ull << 20;
+  return CUDA_SUCCESS;
+}
+
+// ---- graph memory: graph allocation nodes are not modelled, so the graph pool stays empty ----
+
+FAKEGPU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                  void* value) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
+    return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = 0;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FAKEGPU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                  void* value) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
+    return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr ||
+      (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return *static_cast<cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKEGPU_API CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
+    return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}

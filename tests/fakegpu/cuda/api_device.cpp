@@ -69,8 +69,8 @@ void destroy_context_object(Context* ctx) {
 FAKEGPU_API CUresult cuInit(unsigned int Flags) {
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
-  if (d.initialized && d.pid == getpid())
-    return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (d.forked) return CUDA_ERROR_NOT_INITIALIZED;
+  if (d.initialized) return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   ConfigResult loaded = load_config();
   if (!loaded.config) {
@@ -122,8 +122,9 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
   p.state = SlotState::live;
   d.proc = chosen;
   d.pid = p.pid;
-  d.initialized = true;
   d.init_error = CUDA_SUCCESS;
+  pthread_atfork(nullptr, nullptr, [] { driver().forked = true; });
+  d.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
 

@@ -37,9 +37,11 @@ std::vector<Context*>& context_stack() {
 CUresult check_ready() {
   Driver& d = driver();
   if (d.shut_down.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
-  if (!d.initialized)
+  if (!d.initialized.load(std::memory_order_acquire)) {
     return d.init_error != CUDA_SUCCESS ? d.init_error : CUDA_ERROR_NOT_INITIALIZED;
-  if (d.pid != getpid()) return CUDA_ERROR_NOT_INITIALIZED;  // forked child: CUDA is unusable there
+  }
+  if (d.forked.load(std::memory_order_relaxed))
+    return CUDA_ERROR_NOT_INITIALIZED;  // CUDA is unusable after fork
   return CUDA_SUCCESS;
 }
 

@@ -108,7 +108,8 @@ struct Region {
 
 struct Driver {
   std::mutex mu;  // guards everything process-local below (never held while sleeping)
-  bool initialized = false;
+  std::atomic<bool> initialized{false};
+  std::atomic<bool> forked{false};  // set in a child after fork: CUDA is unusable there
   CUresult init_error = CUDA_SUCCESS;
   Config config;
   StateFile* file = nullptr;

@@ -79,10 +79,9 @@ def finish(proc, timeout=30):
 
 # ---------------------------------------------------------------- scenarios
 
-def two_processes_share(env):
+def two_processes_share(env, kernels=("500", "500")):
     """Two busy contexts on one device: 50 % +- 3 each, device >= 97 % busy."""
-    cmd = [ARGS.spin_worker, "--kernel-us", "500", "--seconds", "4"]
-    a, b = spawn(cmd, env), spawn(cmd, env)
+    a, b = [spawn([ARGS.spin_worker, "--kernel-us", k, "--seconds", "4"], env) for k in kernels]
     wait_until(lambda: all(proc_busy(stat(env), p.pid) > 0 for p in (a, b)), 10, "both workers to run")
     first = stat(env)
     time.sleep(2.5)
@@ -100,6 +99,11 @@ def two_processes_share(env):
     for s in shares:
         if abs(s - 0.5) > 0.03:
             fail("share %.2f %% not within 50 +- 3 %%" % (100 * s))
+
+
+def unequal_kernels_share(env):
+    """Time slicing preempts long kernels: 200 us vs 20 ms kernels still split 50/50."""
+    two_processes_share(env, kernels=("200", "20000"))
 
 
 def lone_process_busy(env):
@@ -223,7 +227,7 @@ def api_matrix(env):
         fail("memory left behind after the probes exited")
 
 
-SCENARIOS = {f.__name__: f for f in [two_processes_share, lone_process_busy, capacity_concurrent,
+SCENARIOS = {f.__name__: f for f in [two_processes_share, unequal_kernels_share, lone_process_busy, capacity_concurrent,
                                      killed_process_memory_returns, bad_configuration, api_matrix]}
 
 

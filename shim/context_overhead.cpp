@@ -1,5 +1,7 @@
 #include "shim/context_overhead.hpp"
 
+#include <unistd.h>
+
 #include <mutex>
 #include <new>
 #include <vector>
@@ -40,26 +42,71 @@ bool nvml_ready() noexcept {
 
 }  // namespace
 
-bool device_free_memory(const AllocationState& /*st*/, CUdevice ordinal,
-                        std::uint64_t& free) noexcept {
-  if (!nvml_ready()) return false;
+MemorySample sample_memory(CUdevice ordinal) noexcept {
+  MemorySample s;
+  if (!nvml_ready()) return s;
   CUuuid uuid{};
-  if (real().cuDeviceGetUuid_v2(&uuid, ordinal) != CUDA_SUCCESS) return false;
+  if (real().cuDeviceGetUuid_v2(&uuid, ordinal) != CUDA_SUCCESS) return s;
   const std::string text = format_gpu_uuid(uuid);
   const RealNvml& n = real_nvml();
   nvml::Device dev = nullptr;
-  if (n.nvmlDeviceGetHandleByUUID(text.c_str(), &dev) != nvml::kSuccess) return false;
+  if (n.nvmlDeviceGetHandleByUUID(text.c_str(), &dev) != nvml::kSuccess) return s;
+  s.nvml = true;
   nvml::Memory mem{};
-  if (n.nvmlDeviceGetMemoryInfo(dev, &mem) != nvml::kSuccess) return false;
-  free = mem.free;
-  return true;
+  if (n.nvmlDeviceGetMemoryInfo(dev, &mem) == nvml::kSuccess) {
+    s.device_known = true;
+    s.device_free = mem.free;
+  }
+  if (n.nvmlDeviceGetComputeRunningProcesses_v3) {
+    nvml::ProcessInfo infos[64];
+    unsigned int count = 64;
+    if (n.nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, infos) == nvml::kSuccess) {
+      const auto self = static_cast<unsigned>(getpid());
+      for (unsigned i = 0; i < count && i < 64; ++i) {
+        if (infos[i].pid == self) {
+          s.process_known = true;
+          s.process_used = infos[i].usedGpuMemory;
+        }
+      }
+    }
+  }
+  return s;
 }
 
-void context_created(const AllocationState& st, CUcontext ctx, CUdevice ordinal, bool measured,
-                     std::uint64_t before, std::uint64_t after) noexcept {
+bool estimate_overhead(const MemorySample& before, const MemorySample& after,
+                       std::uint64_t& overhead) noexcept {
+  if (after.process_known) {
+    // Not listed before: no context of ours on the device yet.
+    const std::uint64_t base = before.process_known ? before.process_used : 0;
+    overhead = after.process_used > base ? after.process_used - base : 0;
+    return true;
+  }
+  if (before.device_known && after.device_known) {
+    overhead = before.device_free > after.device_free ? before.device_free - after.device_free : 0;
+    return true;
+  }
+  return false;
+}
+
+bool context_fits(const AllocationState& st, CUdevice ordinal) noexcept {
+  const unsigned gpu = gpu_index_of_device(st, ordinal);
+  if (gpu >= shm::kMaxGpus) return true;  // allocations there are refused anyway
+  const std::uint64_t limit = memory_limit(st, gpu);
+  const std::uint64_t used = shm::QuotaLedger(*st.usage).used(gpu);
+  if (limit == shm::kUnlimited || used < limit) return true;
+  log().error(
+      "context creation on device {} refused: allocation '{}' ({}) is at its memory "
+      "quota ({} of {} bytes used) and a context needs device memory too",
+      ordinal, st.limits->header.alloc_id, st.run_dir, used, limit);
+  return false;
+}
+
+void context_created(const AllocationState& st, CUcontext ctx, CUdevice ordinal,
+                     const MemorySample& before, const MemorySample& after) noexcept {
   const unsigned gpu = gpu_index_of_device(st, ordinal);
   if (gpu >= shm::kMaxGpus) return;
-  if (!measured) {
+  std::uint64_t overhead = 0;
+  if (!estimate_overhead(before, after, overhead)) {
     static bool warned = false;
     if (!warned) {
       warned = true;
@@ -69,7 +116,6 @@ void context_created(const AllocationState& st, CUcontext ctx, CUdevice ordinal,
     }
     return;
   }
-  const std::uint64_t overhead = before > after ? before - after : 0;
   std::lock_guard lock(records_mutex());
   shm::QuotaLedger(*st.usage).charge_overhead(gpu, *st.slot, overhead);
   records().push_back({ctx, ordinal, gpu, overhead});

@@ -19,12 +19,11 @@ namespace {
 
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
-  std::uint64_t before = 0, after = 0;
-  const bool have_before = device_free_memory(st, dev, before);
+  if (!context_fits(st, dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const MemorySample before = sample_memory(dev);
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS || !pctx) return rc;
-  const bool have_after = have_before && device_free_memory(st, dev, after);
-  context_created(st, *pctx, dev, have_after, before, after);
+  context_created(st, *pctx, dev, before, sample_memory(dev));
   return rc;
 }
 
@@ -103,12 +102,11 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   const RealDriver& r = real();
   CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
   if (primary_active(dev)) return r.cuDevicePrimaryCtxRetain(pctx, dev);
-  std::uint64_t before = 0, after = 0;
-  const bool have_before = device_free_memory(*st, dev, before);
+  if (!context_fits(*st, dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const MemorySample before = sample_memory(dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  const bool have_after = have_before && device_free_memory(*st, dev, after);
-  context_created(*st, nullptr, dev, have_after, before, after);
+  context_created(*st, nullptr, dev, before, sample_memory(dev));
   return rc;
 }
 

@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""Integration cases for libcushare.so under fakegpu (ctest shim.*).
+
+Each case runs real programs (samples/alloc_probe linked with -lcuda, and
+tests/integration/shim/shim_probe, which reaches the driver through dlopen +
+dlsym and cuGetProcAddress) with the shim preloaded, in a fresh temp folder
+with its own FAKEGPU_STATE and CUSHARE_RUN_DIR, and checks what they report
+against the quota, the `usage` region (the ledger, read here byte by byte
+from the layout of shm/layout.hpp) and fakegpu's ground truth.
+
+Usage: shim_cases.py <case> --lib ... --fakegpu-dir ... --samples-dir ... --probe ...
+       --stat ... --interposer ... [--preload-prefix ...]
+"""
+import argparse
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+GI = 1 << 30
+MI = 1 << 20
+
+# shm/layout.hpp offsets.
+HEADER = 128
+GPU_ENTRY = 128
+GPUS_AT = 256
+MAX_GPUS = 16
+SLOT = 320
+SLOTS_AT = GPUS_AT + MAX_GPUS * GPU_ENTRY
+KMAX_SLOTS = 1024
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+class Usage:
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.data = f.read()
+
+    def used(self, gpu=0):
+        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY)[0]
+
+    def oom_refusals(self, gpu=0):
+        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY + 56)[0]
+
+    def last_oom_request(self, gpu=0):
+        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY + 64)[0]
+
+    def slots(self):
+        """Active slots: list of (pid, bytes[0], overhead[0])."""
+        out = []
+        for i in range(KMAX_SLOTS):
+            base = SLOTS_AT + i * SLOT
+            state, pid = struct.unpack_from("<II", self.data, base)
+            if state == 2:
+                b = struct.unpack_from("<Q", self.data, base + 40)[0]
+                o = struct.unpack_from("<Q", self.data, base + 40 + 8 * MAX_GPUS)[0]
+                out.append((pid, b, o))
+        return out
+
+
+def limit_of(run_dir, gpu=0):
+    with open(os.path.join(run_dir, "limits"), "rb") as f:
+        data = f.read()
+    return struct.unpack_from("<Q", data, GPUS_AT + gpu * GPU_ENTRY + 48)[0]
+
+
+class Harness:
+    def __init__(self, args, tmp):
+        self.a = args
+        self.tmp = tmp
+        self.run_dir = os.path.join(tmp, "run")
+        self.base = dict(os.environ)
+        for k in list(self.base):
+            if k.startswith(("CUSHARE_", "CUDA_DEVICE_", "FAKEGPU_")):
+                del self.base[k]
+        self.base.update({
+            "LD_LIBRARY_PATH": args.fakegpu_dir,
+            "LD_PRELOAD": args.preload_prefix + args.lib,
+            "FAKEGPU_STATE": os.path.join(tmp, "fakegpu.state"),
+            "FAKEGPU_DEVICES": "H100:80Gi:132",
+            "FAKEGPU_CONTEXT_OVERHEAD": "300Mi",
+            "FAKEGPU_HOST_BACKING": "0",
+            "CUSHARE_RUN_DIR": self.run_dir,
+            "CUSHARE_LOG_LEVEL": "info",
+        })
+
+    def env(self, extra):
+        e = dict(self.base)
+        for k, v in (extra or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        return e
+
+    def run(self, cmd, extra=None, expect_rc=0, timeout=30):
+        p = subprocess.run(cmd, env=self.env(extra), capture_output=True, text=True,
+                           timeout=timeout)
+        if expect_rc is not None and p.returncode != expect_rc:
+            raise Failure(f"{cmd} exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        out = json.loads(lines[-1]) if lines else None
+        return out, p.stderr
+
+    def probe(self, *args, extra=None, expect_rc=0):
+        return self.run([self.a.probe, *args], extra, expect_rc)
+
+    def alloc_probe(self, *args, extra=None, expect_rc=0):
+        return self.run([os.path.join(self.a.samples_dir, "alloc_probe"), *args], extra, expect_rc)
+
+    def usage(self):
+        return Usage(os.path.join(self.run_dir, "usage"))
+
+    def truth(self):
+        out = subprocess.run([self.a.stat, "--json"], env=self.env({"LD_PRELOAD": None}),
+                             capture_output=True, text=True, timeout=30)
+        check(out.returncode == 0, f"fakegpu-stat failed: {out.stderr}")
+        return json.loads(out.stdout)
+
+
+QUOTA = {"CUSHARE_MEMORY_LIMIT": "4Gi"}
+OVERHEAD = 300 * MI
+
+
+def check_fill(h, out, quota, step, what):
+    """Common checks of a fill to out-of-memory against one quota."""
+    check(out["result"] in ("CUDA_ERROR_OUT_OF_MEMORY",), f"{what}: result {out['result']}")
+    used = out["bytes"] + OVERHEAD
+    check(used <= quota, f"{what}: {out['bytes']} + overhead {OVERHEAD} > quota {quota}")
+    check(quota - used < step, f"{what}: stopped {quota - used} bytes short of the quota (step {step})")
+
+
+# --------------------------------------------------------------- cases ---
+
+def case_alloc_probe_4gi(h):
+    """-lcuda program (alloc_probe): at most 4Gi with overhead, within a step; exact views."""
+    out, err = h.alloc_probe("--api", "alloc", "--step", "256Mi", extra=QUOTA)
+    check_fill(h, out, 4 * GI, 256 * MI, "alloc_probe")
+    check(out["before"]["total"] == 4 * GI, f"cuMemGetInfo total {out['before']['total']} != 4Gi")
+    check(out["before"]["device_total"] == 4 * GI, "cuDeviceTotalMem_v2 != 4Gi")
+    check(out["before"]["free"] == 4 * GI - OVERHEAD,
+          f"free before {out['before']['free']} != 4Gi - context overhead")
+    check(out["before"]["free"] - out["after"]["free"] == out["bytes"],
+          "free did not shrink by exactly the bytes allocated")
+    check("out of memory quota" in err and "requested 268435456 bytes" in err,
+          f"OOM log line missing: {err}")
+    u = h.usage()
+    check(u.used() == 0, f"ledger not back to 0 after exit: {u.used()}")
+    check(u.oom_refusals() >= 1 and u.last_oom_request() == 256 * MI, "OOM not recorded in usage")
+    check(limit_of(h.run_dir) == 4 * GI, "standalone limits file != 4Gi")
+
+
+def make_api_case(api, step="256Mi"):
+    def case(h):
+        out, _ = h.alloc_probe("--api", api, "--step", step, extra=QUOTA)
+        check(out["result"] == "CUDA_ERROR_OUT_OF_MEMORY", f"{api}: result {out['result']}")
+        check(out["before"]["total"] == 4 * GI, f"{api}: total {out['before']['total']}")
+        charged = out["before"]["free"] - out["after"]["free"]
+        check(charged >= out["bytes"], f"{api}: charged {charged} < allocated {out['bytes']}")
+        check(out["bytes"] + OVERHEAD <= 4 * GI, f"{api}: {out['bytes']} beyond the quota")
+        check(out["after"]["free"] < 512 * MI, f"{api}: stopped early, free {out['after']['free']}")
+        check(h.usage().used() == 0, f"{api}: ledger {h.usage().used()} after exit")
+    case.__doc__ = f"alloc_probe --api {api}: charged, refused at the quota, view consistent"
+    return case
+
+
+def case_dlsym_path(h):
+    """dlopen(libcuda.so.1) + dlsym(cuMemAlloc_v2): same quota, exact views."""
+    out, _ = h.probe("--mode", "fill", "--resolve", "dlsym", extra=QUOTA)
+    check_fill(h, out, 4 * GI, 256 * MI, "dlsym")
+    check(out["total"] == 4 * GI and out["device_total"] == 4 * GI, "dlsym: totals")
+    check(out["free_shrinks_exactly"], "dlsym: free did not shrink exactly per allocation")
+    check(out["free_after_free"] == out["free_before"], "dlsym: frees did not return the quota")
+
+
+def case_procaddr_paths(h):
+    """cuGetProcAddress_v2 (flags 0 and 2) and cuGetProcAddress at several versions."""
+    for how in ("procaddr", "procaddr4"):
+        for version in ("11030", "12000", "12080", "13000"):
+            for flags in ("0", "2"):
+                what = f"{how} {version} flags {flags}"
+                out, _ = h.probe("--mode", "fill", "--resolve", how, "--version", version,
+                                 "--flags", flags, "--step", str(512 * MI), extra=QUOTA)
+                check_fill(h, out, 4 * GI, 512 * MI, what)
+                check(out["total"] == 4 * GI, f"{what}: total")
+                check(out["free_shrinks_exactly"], f"{what}: free not exact")
+
+
+def case_resolver(h):
+    """Self-lookup, symbolStatus, unknown names, exact ABI and _ptsz selection."""
+    h.probe("--mode", "resolver", extra=QUOTA)
+
+
+def case_dlsym_hook_neutral(h):
+    """Non-CUDA dlsym (RTLD_DEFAULT, RTLD_NEXT, handles, misses) unchanged by the hook."""
+    h.probe("--mode", "dlsym", extra=QUOTA)
+    # RTLD_NEXT from a library loaded after the shim must mean "after that
+    # library": the interposer's getppid() looks up the next getppid.
+    extra = dict(QUOTA)
+    extra["LD_PRELOAD"] = h.a.preload_prefix + h.a.lib + ":" + h.a.interposer
+    out, err = h.run(["/bin/sh", "-c", "echo ok"], extra)
+    check("interposer-recursion" not in err, f"RTLD_NEXT resolved relative to the shim: {err}")
+    p = subprocess.run([sys.executable if False else "/usr/bin/python3", "-c",
+                        "import os; os.getppid(); print('{\"ok\": 1}')"],
+                       env=h.env(extra), capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and "ok" in p.stdout, f"interposer + shim: {p.returncode} {p.stderr}")
+
+
+def case_two_processes_share(h):
+    """Two processes of one allocation share one quota."""
+    env = h.env(QUOTA)
+    holder = subprocess.Popen([os.path.join(h.a.samples_dir, "alloc_probe"), "--max", "2Gi",
+                               "--hold-seconds", "5"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(holder.stdout.readline())
+        check(first["bytes"] == 2 * GI, f"holder got {first['bytes']}")
+        out, _ = h.alloc_probe("--step", "256Mi", extra=QUOTA)
+        check(out["bytes"] + 2 * GI + 2 * OVERHEAD <= 4 * GI,
+              f"second process got {out['bytes']}: the two exceed the quota")
+        check(4 * GI - (out["bytes"] + 2 * GI + 2 * OVERHEAD) < 256 * MI,
+              f"second process stopped early at {out['bytes']}")
+        check(out["before"]["free"] == 4 * GI - 2 * GI - 2 * OVERHEAD,
+              f"second process sees free {out['before']['free']}")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def case_race_and_kill(h):
+    """8 processes x 4 threads racing: never above the quota; kill -9 returns bytes."""
+    quota = 8 * GI
+    extra = {"CUSHARE_MEMORY_LIMIT": "8Gi", "FAKEGPU_CONTEXT_OVERHEAD": "64Mi",
+             "CUSHARE_LOG_LEVEL": "off"}
+    env = h.env(extra)
+    start_at = time.time() + 1.0
+    procs = [subprocess.Popen([h.a.probe, "--mode", "race", "--threads", "4", "--seconds", "2",
+                               "--max-step", str(512 * MI), "--seed", str(i),
+                               "--start-at", str(start_at)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    peak_ledger = peak_truth = 0
+    killed = []
+    deadline = start_at + 1.5
+    while time.time() < deadline:
+        if os.path.exists(os.path.join(h.run_dir, "usage")):
+            peak_ledger = max(peak_ledger, h.usage().used())
+        truth = h.truth()
+        peak_truth = max(peak_truth, truth["devices"][0]["memory_used"])
+        if not killed and time.time() > deadline - 1.0:
+            for p in procs[:3]:
+                p.send_signal(signal.SIGKILL)
+                killed.append(p)
+        time.sleep(0.05)
+    for p in procs:
+        p.wait(timeout=30)
+    for p in procs[3:]:
+        check(p.returncode == 0, f"racer exited {p.returncode}: {p.stderr.read()}")
+    check(peak_ledger <= quota, f"ledger peaked at {peak_ledger} > quota {quota}")
+    check(peak_truth <= quota, f"fakegpu ground truth peaked at {peak_truth} > quota {quota}")
+    # Killed processes' slots are reclaimed by the next process of the allocation.
+    out, _ = h.alloc_probe("--max", "1Gi", extra=extra)
+    u = h.usage()
+    check(u.used() == 0, f"ledger {u.used()} after every process ended (kill -9 bytes not returned)")
+    check(not u.slots(), f"slots left active: {u.slots()}")
+
+
+def case_two_allocations_independent(h):
+    """Two allocations with different quotas on one device are independent."""
+    other = os.path.join(h.tmp, "run2")
+    a, _ = h.alloc_probe("--step", "256Mi", extra={"CUSHARE_MEMORY_LIMIT": "2Gi"})
+    b, _ = h.alloc_probe("--step", "256Mi",
+                         extra={"CUSHARE_MEMORY_LIMIT": "3Gi", "CUSHARE_RUN_DIR": other})
+    check_fill(h, a, 2 * GI, 256 * MI, "allocation A")
+    check_fill(h, b, 3 * GI, 256 * MI, "allocation B")
+    check(a["before"]["total"] == 2 * GI and b["before"]["total"] == 3 * GI, "totals")
+
+
+BAD_ENV = [
+    ("CUSHARE_MEMORY_LIMIT", "4GB"),
+    ("CUSHARE_MEMORY_LIMIT", "-1Gi"),
+    ("CUSHARE_MEMORY_LIMIT", ""),
+    ("CUSHARE_MEMORY_LIMIT", "0"),
+    ("CUSHARE_MEMORY_LIMIT", "150%"),
+    ("CUSHARE_MEMORY_LIMIT_0", "lots"),
+    ("CUDA_DEVICE_MEMORY_LIMIT", "4x"),
+    ("CUSHARE_COMPUTE_LIMIT", "101"),
+    ("CUSHARE_COMPUTE_MODE", "fast"),
+    ("CUSHARE_DISABLE", "maybe"),
+    ("CUSHARE_RUN_DIR", "relative/dir"),
+]
+
+
+def case_bad_env(h):
+    """Each malformed variable: cuInit fails with CUDA_ERROR_INVALID_VALUE, naming it."""
+    for name, value in BAD_ENV:
+        extra = dict(QUOTA)
+        extra[name] = value
+        out, err = h.alloc_probe(extra=extra, expect_rc=1)
+        check("cuInit failed: CUDA_ERROR_INVALID_VALUE" in err,
+              f"{name}={value!r}: cuInit did not fail closed: {err}")
+        check(name in err, f"{name}={value!r}: the error does not name the variable: {err}")
+    check(h.truth()["devices"][0]["memory_used"] == 0, "memory was allocated despite bad configuration")
+
+
+def case_bad_regions(h):
+    """Corrupt, foreign, truncated regions and an unusable run dir: fail closed."""
+    os.makedirs(h.run_dir, exist_ok=True)
+    limits = os.path.join(h.run_dir, "limits")
+    cases = {
+        "garbage": b"\x00garbage" * 512,
+        "foreign": b"CUSHUSAG" + b"\x01" * 4088,  # a usage header where limits belong
+        "empty": b"",
+    }
+    for what, data in cases.items():
+        with open(limits, "wb") as f:
+            f.write(data)
+        out, err = h.alloc_probe(extra=QUOTA, expect_rc=1)
+        check("cuInit failed: CUDA_ERROR_INVALID_VALUE" in err, f"{what} limits: {err}")
+        check(limits in err, f"{what} limits: the error does not name the file: {err}")
+    os.remove(limits)
+    # A valid limits file with a corrupt usage file.
+    h.alloc_probe("--max", "256Mi", extra=QUOTA)
+    with open(os.path.join(h.run_dir, "usage"), "r+b") as f:
+        f.write(b"\xff" * 8)
+    out, err = h.alloc_probe(extra=QUOTA, expect_rc=1)
+    check("cuInit failed: CUDA_ERROR_INVALID_VALUE" in err and "usage" in err, f"corrupt usage: {err}")
+    # A run dir that cannot be created (a path below a regular file).
+    blocker = os.path.join(h.tmp, "file")
+    open(blocker, "w").close()
+    out, err = h.alloc_probe(extra={"CUSHARE_MEMORY_LIMIT": "4Gi",
+                                    "CUSHARE_RUN_DIR": os.path.join(blocker, "run")},
+                             expect_rc=1)
+    check("cuInit failed: CUDA_ERROR_INVALID_VALUE" in err and "run dir" in err,
+          f"unusable run dir: {err}")
+    check(h.truth()["devices"][0]["memory_used"] == 0, "memory was allocated despite bad regions")
+
+
+def case_env_cannot_raise(h):
+    """An existing limits file is authoritative: the environment cannot raise it."""
+    h.alloc_probe("--max", "256Mi", extra={"CUSHARE_MEMORY_LIMIT": "2Gi"})
+    out, err = h.alloc_probe("--step", "256Mi", extra={"CUSHARE_MEMORY_LIMIT": "8Gi"})
+    check(out["before"]["total"] == 2 * GI, f"total {out['before']['total']} != 2Gi")
+    check_fill(h, out, 2 * GI, 256 * MI, "raised env")
+    check("the region wins" in err, f"no disagreement warning: {err}")
+    # HAMi aliases alone configure a fresh allocation.
+    other = os.path.join(h.tmp, "hami")
+    out, _ = h.alloc_probe("--step", "256Mi", extra={"CUDA_DEVICE_MEMORY_LIMIT": "3g",
+                                                     "CUSHARE_RUN_DIR": other})
+    check(out["before"]["total"] == 3 * GI, "HAMi alias CUDA_DEVICE_MEMORY_LIMIT=3g not applied")
+
+
+def case_disable(h):
+    """CUSHARE_DISABLE=1: pure pass-through (no regions, the real device)."""
+    out, _ = h.alloc_probe("--step", "1Gi", "--max", "6Gi",
+                           extra={"CUSHARE_MEMORY_LIMIT": "4Gi", "CUSHARE_DISABLE": "1"})
+    check(out["bytes"] == 6 * GI, f"disabled shim still limited: {out['bytes']}")
+    check(out["before"]["total"] == 80 * GI, "disabled shim still virtualises the total")
+    check(not os.path.exists(os.path.join(h.run_dir, "limits")), "disabled shim created regions")
+
+
+def case_fork(h):
+    """fork children re-register: their bytes go to their own slot and return at exit."""
+    out, _ = h.probe("--mode", "fork", "--step", str(512 * MI), "--children", "3", extra=QUOTA)
+    check(out["free_after"] == out["free_before"],
+          f"parent view changed across children: {out['free_before']} -> {out['free_after']}")
+    check(h.usage().used() == 0, f"ledger {h.usage().used()} after all exited")
+
+
+def case_threads(h):
+    """Many threads of one process: the ledger returns to zero."""
+    out, _ = h.probe("--mode", "race", "--threads", "16", "--seconds", "1",
+                     "--max-step", str(256 * MI), extra=QUOTA)
+    check(out["allocs"] > 0, "no allocation succeeded")
+    check(h.usage().used() == 0, f"ledger {h.usage().used()} after exit")
+
+
+def case_oom_backtrace(h):
+    """CUSHARE_OOM_BACKTRACE=1 adds the call site to the OOM line."""
+    extra = dict(QUOTA)
+    extra["CUSHARE_OOM_BACKTRACE"] = "1"
+    _, err = h.alloc_probe("--step", "1Gi", extra=extra)
+    check("call site:" in err and "main" in err, f"no call site in: {err}")
+
+
+def case_nvml(h):
+    """NVML memory info shows the quota view; the process list only this allocation."""
+    out, _ = h.probe("--mode", "nvml", extra=QUOTA)
+    check(out["total"] == 4 * GI, f"nvml total {out['total']}")
+    check(out["free"] == 4 * GI - OVERHEAD - 512 * MI, f"nvml free {out['free']}")
+    check(out["used"] == OVERHEAD + 512 * MI, f"nvml used {out['used']}")
+    check(out["pids"] == [out["self"]], f"process list {out['pids']} != [self]")
+
+
+CASES = {
+    "alloc_probe_4gi": case_alloc_probe_4gi,
+    "path_pitch": make_api_case("pitch"),
+    "path_managed": make_api_case("managed"),
+    "path_async": make_api_case("async"),
+    "path_pool": make_api_case("pool"),
+    "path_vmm": make_api_case("vmm"),
+    "path_array": make_api_case("array"),
+    "path_dlsym": case_dlsym_path,
+    "path_procaddr": case_procaddr_paths,
+    "resolver": case_resolver,
+    "dlsym_hook_neutral": case_dlsym_hook_neutral,
+    "two_processes_share": case_two_processes_share,
+    "race_and_kill": case_race_and_kill,
+    "two_allocations": case_two_allocations_independent,
+    "bad_env": case_bad_env,
+    "bad_regions": case_bad_regions,
+    "env_cannot_raise": case_env_cannot_raise,
+    "disable": case_disable,
+    "fork": case_fork,
+    "threads": case_threads,
+    "oom_backtrace": case_oom_backtrace,
+    "nvml": case_nvml,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--fakegpu-dir", required=True)
+    ap.add_argument("--samples-dir", required=True)
+    ap.add_argument("--probe", required=True)
+    ap.add_argument("--stat", required=True)
+    ap.add_argument("--interposer", required=True)
+    ap.add_argument("--preload-prefix", default="")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cushare-shim-") as tmp:
+        h = Harness(args, tmp)
+        try:
+            CASES[args.case](h)
+        except Failure as e:
+            print(f"FAIL {args.case}: {e}", file=sys.stderr)
+            return 1
+    print(f"PASS {args.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+// Pure pieces of the shim: the virtual memory view, its environment, UUID
+// formatting and the capture tracker.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "shim/capture_tracker.hpp"
+#include "shim/device_uuid.hpp"
+#include "shim/memory_view.hpp"
+#include "shim/shim_env.hpp"
+
+namespace cushare::shim {
+namespace {
+
+constexpr std::uint64_t GiB = 1ULL << 30;
+
+TEST(MemoryView, QuotaBelowTheCard) {
+  const auto v = virtual_memory(4 * GiB, 1 * GiB, 80 * GiB, 70 * GiB);
+  EXPECT_EQ(v.total, 4 * GiB);
+  EXPECT_EQ(v.free, 3 * GiB);
+  EXPECT_EQ(v.used, 1 * GiB);
+}
+
+TEST(MemoryView, FreeIsClampedByRealFreeAndNeverNegative) {
+  EXPECT_EQ(virtual_memory(4 * GiB, 1 * GiB, 80 * GiB, 2 * GiB).free, 2 * GiB);
+  const auto over = virtual_memory(4 * GiB, 5 * GiB, 80 * GiB, 70 * GiB);  // stale slots
+  EXPECT_EQ(over.free, 0u);
+  EXPECT_EQ(over.used, 4 * GiB);
+}
+
+TEST(MemoryView, QuotaAboveTheCardShowsTheCard) {
+  const auto v = virtual_memory(100 * GiB, 0, 80 * GiB, 79 * GiB);
+  EXPECT_EQ(v.total, 80 * GiB);
+  EXPECT_EQ(v.free, 79 * GiB);
+}
+
+TEST(MemoryView, UnlimitedIsTheRealView) {
+  const auto v = virtual_memory(shm::kUnlimited, 9 * GiB, 80 * GiB, 70 * GiB);
+  EXPECT_EQ(v.total, 80 * GiB);
+  EXPECT_EQ(v.free, 70 * GiB);
+  EXPECT_EQ(v.used, 10 * GiB);
+}
+
+shm::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(ShimEnv, Defaults) {
+  auto e = shim_env_from(env_of({}), 1000, false);
+  ASSERT_TRUE(e) << e.error();
+  EXPECT_FALSE(e->disabled);
+  EXPECT_FALSE(e->oom_backtrace);
+  EXPECT_EQ(e->run_dir, "/tmp/cushare-1000");
+  EXPECT_EQ(shim_env_from(env_of({}), 0, true)->run_dir, "/var/run/cushare");
+}
+
+TEST(ShimEnv, Flags) {
+  auto e = shim_env_from(env_of({{"CUSHARE_DISABLE", "1"},
+                                 {"CUSHARE_OOM_BACKTRACE", "yes"},
+                                 {"CUSHARE_RUN_DIR", "/run/x"}}),
+                         0, false);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->disabled);
+  EXPECT_TRUE(e->oom_backtrace);
+  EXPECT_EQ(e->run_dir, "/run/x");
+  EXPECT_FALSE(shim_env_from(env_of({{"CUSHARE_DISABLE", "0"}}), 0, false)->disabled);
+}
+
+TEST(ShimEnv, MalformedValuesNameTheVariable) {
+  for (auto [name, value] : std::map<std::string, std::string>{{"CUSHARE_DISABLE", "maybe"},
+                                                               {"CUSHARE_OOM_BACKTRACE", ""},
+                                                               {"CUSHARE_RUN_DIR", "relative"}}) {
+    auto e = shim_env_from(env_of({{name, value}}), 0, false);
+    ASSERT_FALSE(e) << name;
+    EXPECT_NE(e.error().find(name), std::string::npos) << e.error();
+  }
+}
+
+TEST(DeviceUuid, FormatsLikeNvml) {
+  CUuuid u{};
+  for (int i = 0; i < 16; ++i) u.bytes[i] = static_cast<char>(0x10 * (i % 16) + i);
+  EXPECT_EQ(format_gpu_uuid(u), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+}
+
+TEST(CaptureTracker, TracksBeginAndEnd) {
+  auto* s1 = reinterpret_cast<CUstream>(0x1000);
+  auto* s2 = reinterpret_cast<CUstream>(0x2000);
+  EXPECT_FALSE(stream_is_capturing(s1));
+  capture_began(s1);
+  EXPECT_TRUE(stream_is_capturing(s1));
+  EXPECT_FALSE(stream_is_capturing(s2));
+  capture_ended(s1);
+  EXPECT_FALSE(stream_is_capturing(s1));
+  capture_ended(s2);  // never began: ignored
+  EXPECT_FALSE(stream_is_capturing(s2));
+}
+
+TEST(CaptureTracker, OverflowTreatsEveryStreamAsCapturing) {
+  for (std::uintptr_t i = 1; i <= 300; ++i) capture_began(reinterpret_cast<CUstream>(i * 16));
+  EXPECT_TRUE(stream_is_capturing(reinterpret_cast<CUstream>(0xdead0)));
+  for (std::uintptr_t i = 1; i <= 300; ++i) capture_ended(reinterpret_cast<CUstream>(i * 16));
+  EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(0xdead0)));
+  EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(16)));
+}
+
+}  // namespace
+}  // namespace cushare::shim

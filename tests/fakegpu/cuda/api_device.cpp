@@ -96,6 +96,31 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
     d.init_error = CUDA_ERROR_INVALID_VALUE;
     return d.init_error;
   }
+  // The node is what its creator configured; a different environment is
+  // almost certainly a test mistake, so say so (and use the file).
+  for (uint32_t i = 0; i < s.header.device_count; ++i) {
+    const DeviceSpec& spec = d.config.devices[i];
+    if (spec.name != s.devices[i].name || spec.memory != s.devices[i].total_mem ||
+        spec.sms != s.devices[i].sms) {
+      std::fprintf(stderr,
+                   "fakegpu: warning: FAKEGPU_DEVICES differs from state file '%s' (device %u is "
+                   "%s, %llu bytes); "
+                   "using the state file\n",
+                   d.file->path().c_str(), i, s.devices[i].name,
+                   static_cast<unsigned long long>(s.devices[i].total_mem));
+      break;
+    }
+  }
+  if (d.config.timeslice_ns != s.header.timeslice_ns ||
+      d.config.context_overhead != s.header.context_overhead) {
+    std::fprintf(stderr,
+                 "fakegpu: warning: FAKEGPU_TIMESLICE_US/FAKEGPU_CONTEXT_OVERHEAD differ from "
+                 "state file '%s' "
+                 "(%llu us, %llu bytes); using the state file\n",
+                 d.file->path().c_str(),
+                 static_cast<unsigned long long>(s.header.timeslice_ns / 1000),
+                 static_cast<unsigned long long>(s.header.context_overhead));
+  }
   // Register this process: a free slot, else the longest-exited one.
   int32_t chosen = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxProcs); ++i) {

@@ -2,10 +2,14 @@
 // at slice boundaries, stream order, events, queue bounds and memory.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/fakegpu/core/config.hpp"
 #include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/quantity.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
 
 namespace fakegpu {
@@ -196,6 +200,63 @@ TEST_F(EngineTest, BusyHistoryGivesUtilisationWindows) {
   EXPECT_EQ(busy, 0u);
   EXPECT_TRUE(process_busy_since(s(), 0, 0, kT0 + 700 * kMs, kT0 + 1500 * kMs, &busy, &span));
   EXPECT_EQ(busy, 300 * kMs);
+}
+
+}  // namespace
+}  // namespace fakegpu
+
+namespace fakegpu {
+namespace {
+
+TEST(Config, QuantitiesParseLikeKubernetes) {
+  EXPECT_EQ(parse_quantity("80Gi"), 80ull << 30);
+  EXPECT_EQ(parse_quantity("300Mi"), 300ull << 20);
+  EXPECT_EQ(parse_quantity("1.5Gi"), 3ull << 29);
+  EXPECT_EQ(parse_quantity("16G"), 16'000'000'000ull);
+  EXPECT_EQ(parse_quantity("4096"), 4096u);
+  EXPECT_EQ(parse_quantity("0"), 0u);
+  for (const char* bad :
+       {"", "Gi", "1.5", "-1", "10m", "1e3", "1GB", "1..5Gi", ".5Gi", "99999999Ei"}) {
+    EXPECT_FALSE(parse_quantity(bad).has_value()) << bad;
+  }
+}
+
+TEST(Config, DevicesAndKnobsAreValidated) {
+  auto env = [](std::map<std::string, std::string> vars) {
+    return [vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  ConfigResult ok = load_config(env({{"FAKEGPU_DEVICES", "H100-80GB:80Gi:132;T4:16Gi:40:7.5"},
+                                     {"FAKEGPU_TIMESLICE_US", "500"},
+                                     {"FAKEGPU_CONTEXT_OVERHEAD", "256Mi"}}));
+  ASSERT_TRUE(ok.config.has_value()) << ok.error;
+  ASSERT_EQ(ok.config->devices.size(), 2u);
+  EXPECT_EQ(ok.config->devices[1].memory, 16ull << 30);
+  EXPECT_EQ(ok.config->devices[1].cc_major, 7);
+  EXPECT_EQ(ok.config->devices[0].cc_major, 9);
+  EXPECT_EQ(ok.config->timeslice_ns, 500'000u);
+  EXPECT_EQ(ok.config->context_overhead, 256ull << 20);
+  ConfigResult defaults = load_config(env({}));
+  ASSERT_TRUE(defaults.config.has_value());
+  EXPECT_EQ(defaults.config->devices[0].name, "H100-80GB");
+  EXPECT_EQ(defaults.config->timeslice_ns, 2'000'000u);
+  EXPECT_EQ(defaults.config->kernel_ns, 10'000u);
+  EXPECT_EQ(defaults.config->driver_version, 13000);
+  for (auto [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"FAKEGPU_DEVICES", "H100;T4"},
+           {"FAKEGPU_DEVICES",
+            "a:1Gi:1;b:1Gi:1;c:1Gi:1;d:1Gi:1;e:1Gi:1;f:1Gi:1;g:1Gi:1;h:1Gi:1;i:1Gi:1"},
+           {"FAKEGPU_DEVICES", "X:1Gi:4:9"},
+           {"FAKEGPU_KERNEL_NS", "1us"},
+           {"FAKEGPU_DRIVER_VERSION", "9000"},
+           {"FAKEGPU_TIMESLICE_US", "20000000"},
+           {"FAKEGPU_QUEUE_DEPTH", "0"}}) {
+    ConfigResult bad = load_config(env({{name, value}}));
+    EXPECT_FALSE(bad.config.has_value()) << name << "=" << value;
+    EXPECT_NE(bad.error.find(name), std::string::npos) << bad.error;
+  }
 }
 
 }  // namespace

@@ -65,7 +65,9 @@ trap cleanup EXIT
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM HUP
 
 # --- the build ------------------------------------------------------------------
-needed=(lib/libcushare.so bin/cushared bin/cushare-gpu-probe)
+# cushared is not in the list: without it the checks that need the daemon
+# are skipped with that reason, the others still run.
+needed=(lib/libcushare.so bin/cushare-gpu-probe)
 missing_artifacts() {
   local m=() f
   for f in "${needed[@]}"; do [ -e "$1/$f" ] || m+=("$f"); done
@@ -96,7 +98,7 @@ if [ -n "${CUSHARE_BUILD_DIR:-}" ]; then
 else
   build="$repo/build"
   miss=$(missing_artifacts "$build")
-  if [ -z "$miss" ]; then
+  if [ -z "$miss" ] && [ -e "$build/bin/cushared" ]; then
     build_info="existing build: $build"
   else
     echo "run.sh: building cushare in $build (missing: $miss)"
@@ -122,6 +124,16 @@ else
       fatal="build failed:${problems:- } ${tail_msg:-see build.log}. Without network or root, install the packages of scripts/setup elsewhere: build there and run with CUSHARE_BUILD_DIR=<that build folder>."
     fi
   fi
+fi
+# A build carried from another machine may miss shared libraries here.
+if [ -z "$fatal" ] && command -v ldd >/dev/null; then
+  unresolved=""
+  for f in lib/libcushare.so bin/cushare-gpu-probe bin/cushared; do
+    [ -e "$build/$f" ] || continue
+    libs=$(ldd "$build/$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+    [ -n "$libs" ] && unresolved+=" $f needs: $libs;"
+  done
+  [ -n "$unresolved" ] && fatal="build unusable here, shared libraries missing:$unresolved install their runtime packages or carry them with LD_LIBRARY_PATH"
 fi
 echo "run.sh: ${build_info:-$fatal}"
 

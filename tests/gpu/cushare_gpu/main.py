@@ -153,7 +153,7 @@ def main(argv=None) -> int:
             for c in checks:
                 res = _run_check(suite, c, budget_end)
                 results.append(res)
-                print(f"[{res.status:5}] {c.id:3} {c.title} ({res.duration_s:.1f} s)"
+                print(f"[{res.status:5}] {c.id:3} {c.title} ({res.duration_s:.2f} s)"
                       + (f": {res.reason}" if res.reason else ""), flush=True)
     except Interrupted as e:
         fatal = str(e)

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   a->add_option("--step-mib", alloc.step_mib, "allocation step")->check(CLI::PositiveNumber);
   a->add_option("--max-mib", alloc.max_mib, "stop after this much (0: until refused)");
   a->add_flag("--wait-go", alloc.wait_go, "wait for 'go' on stdin before allocating");
+  a->add_option("--pace-ms", alloc.pace_ms, "pause between steps (interleaves processes)")
+      ->check(CLI::NonNegativeNumber);
   a->add_flag("--hold", alloc.hold, "keep the memory until 'release' on stdin");
   a->add_option("--spin-ns", alloc.spin_ns, "while holding, run spin kernels of this length");
   a->add_option("--inflight", alloc.inflight, "kernels kept queued")->check(CLI::PositiveNumber);
@@ -28,7 +30,8 @@ int main(int argc, char** argv) {
   SpinOptions spin;
   auto* s = app.add_subcommand("spin", "busy tenant: spin kernels for a wall-clock time");
   s->add_option("--kernel-ns", spin.kernel_ns, "kernel length")->check(CLI::PositiveNumber);
-  s->add_option("--seconds", spin.seconds, "how long to run (0: until released)")->check(CLI::NonNegativeNumber);
+  s->add_option("--seconds", spin.seconds, "how long to run (0: until released)")
+      ->check(CLI::NonNegativeNumber);
   s->add_option("--inflight", spin.inflight, "kernels kept queued")->check(CLI::PositiveNumber);
   s->add_option("--progress-ms", spin.progress_s, "progress line interval (ms)")
       ->check(CLI::PositiveNumber)

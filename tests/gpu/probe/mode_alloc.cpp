@@ -3,6 +3,8 @@
 // optionally hold the memory (busy or idle) until released.
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu/probe/control.hpp"
@@ -44,6 +46,7 @@ int runAlloc(const AllocOptions& o) {
       break;
     }
     blocks.push_back(p);
+    if (o.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.pace_ms));
   }
   const auto after = dev.memInfo();
   emit({{"event", "allocated"},

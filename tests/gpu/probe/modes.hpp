@@ -12,6 +12,7 @@ struct AllocOptions {
   std::uint64_t step_mib = 64;
   std::uint64_t max_mib = 0;  // 0: until the first failure
   bool wait_go = false;       // wait for "go" on stdin before allocating
+  int pace_ms = 0;            // pause between steps, so concurrent processes interleave
   bool hold = false;          // keep the memory until "release"
   std::uint64_t spin_ns = 0;  // while holding, keep launching spin kernels of this length
   int inflight = 4;

@@ -26,14 +26,15 @@ def gib(n) -> str:
     return "—" if n is None else f"{n / GiB:.3f} GiB"
 
 
-def judge_memory(result: CheckResult, quota: int, held, nvml: dict, what: str) -> None:
+def judge_memory(result: CheckResult, quota: int, held, nvml: dict, what: str,
+                 whose: str = "the process") -> None:
     """The common verdicts of a fill-until-refused run: the program got no
     more than the quota, NVML (outside the quota) agrees within tolerance, and
     the quota was usable."""
     result.measure(f"{what} held when refused", f"<= {gib(quota)}", gib(held),
                    None if held is None else held <= quota)
     used = nvml.get("bytes")
-    result.measure("NVML used memory of the process (outside the shim)",
+    result.measure(f"NVML used memory of {whose} (outside the shim)",
                    f"<= quota + {NVML_TOLERANCE // MiB} MiB = {gib(quota + NVML_TOLERANCE)}",
                    gib(used), None if used is None else used <= quota + NVML_TOLERANCE,
                    note=nvml.get("source", ""))

@@ -128,8 +128,8 @@ def shared_quota(suite: Suite, r: CheckResult, d: Deadline) -> None:
     run_dir = suite.new_dir("standalone", "shared")
     baseline = (suite.nvml_memory() or {}).get("used")
     env = suite.tenant_env(run_dir, memory=QUOTA_TEXT)
-    ws = [suite.probe(f"probe-share{i}", ["alloc", "--step-mib", "64", "--wait-go", "--hold"], env)
-          for i in (1, 2)]
+    argv = ["alloc", "--step-mib", "64", "--pace-ms", "2", "--wait-go", "--hold"]
+    ws = [suite.probe(f"probe-share{i}", argv, env) for i in (1, 2)]
     for w in ws:
         w.wait_event("ready", d, 60)
     for w in ws:
@@ -137,7 +137,9 @@ def shared_quota(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got = [w.wait_event("allocated", d, 60) for w in ws]
     procs = suite.nvml_processes() or {}
     per_pid = [procs.get(w.pid) for w in ws]
-    if any(v is None for v in per_pid):
+    if suite.nvml is None:
+        nvml_sum, source = None, "nvml unavailable: " + str(suite.nvml_error)
+    elif any(v is None for v in per_pid):
         mem = suite.nvml_memory()
         nvml_sum = None if mem is None or baseline is None else mem["used"] - baseline
         source = "nvml device used minus baseline (pids not listed)"
@@ -157,7 +159,8 @@ def shared_quota(suite: Suite, r: CheckResult, d: Deadline) -> None:
     r.measure("both processes obtained memory", "each > 0",
               [gib(g["obtained"]) for g in got], all(g["obtained"] > 0 for g in got))
     r.measure("sum obtained by the two processes", f"<= {gib(QUOTA)}", gib(total), total <= QUOTA)
-    judge_memory(r, QUOTA, total, {"bytes": nvml_sum, "source": source}, "both processes")
+    judge_memory(r, QUOTA, total, {"bytes": nvml_sum, "source": source}, "both processes",
+                 whose="both processes")
     r.measure("processes registered in the allocation's usage region", "2", len(slots),
               len(slots) == 2)
 

@@ -1,13 +1,12 @@
-// Read-only mappings of an allocation's region files for cusharectl. Every
-// check a region must pass before it is trusted (size, magic, layout
-// version) fails with a one-line message saying what to do.
+// cusharectl's view of an allocation's region files: shm's mappings, with
+// every failure turned into one actionable line (what is wrong + what to do).
 #pragma once
 
-#include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
-#include "shm/layout.hpp"
+#include "shm/region_file.hpp"
 
 namespace cushare::tools {
 
@@ -16,45 +15,25 @@ class RegionReadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A file mapped read-only (or read-write for `set` without the daemon).
-class MappedFile {
- public:
-  MappedFile() = default;
-  MappedFile(const std::string& path, bool writable);
-  ~MappedFile();
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  void* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::string path_;
-};
+// Region flag for allocations made by `cusharectl create` (the next free bit
+// of shm::RegionFlags; the lead is asked to add it to shm/layout.hpp).
+inline constexpr std::uint32_t kCreatedByCtl = 1u << 3;
 
 struct LimitsFile {
-  MappedFile file;
-  shm::LimitsRegion* region() const { return static_cast<shm::LimitsRegion*>(file.data()); }
+  shm::LimitsMapping mapping;
+  const shm::LimitsRegion* region() const { return &mapping.region(); }
 };
 struct UsageFile {
-  MappedFile file;
-  const shm::UsageRegion* region() const {
-    return static_cast<const shm::UsageRegion*>(file.data());
-  }
+  shm::UsageMapping mapping;
+  const shm::UsageRegion* region() const { return &mapping.region(); }
 };
 
-// Throws RegionReadError when the file is missing, unreadable, too small, or
-// of another magic, layout version or size.
+// Throw RegionReadError when the file is missing, unreadable, or of another
+// magic, layout version or size. `writable` maps limits for `set`.
 LimitsFile open_limits(const std::string& path, bool writable = false);
 UsageFile open_usage(const std::string& path);
 
-// Checks a mapped header against what this build expects.
-void validate_header(const shm::RegionHeader& header, std::size_t file_size, std::uint64_t magic,
-                     std::size_t expected_size, const std::string& path);
+// The hint appended to a shm::RegionError's message.
+std::string region_error_message(const shm::RegionError& error);
 
 }  // namespace cushare::tools

@@ -160,6 +160,15 @@ Allocation allocation_from_json(const json& j) {
   return a;
 }
 
+GpuInfo gpu_info_from_json(const json& g) {
+  GpuInfo info;
+  info.index = g.at("index").get<int>();
+  info.uuid = g.at("uuid").get<std::string>();
+  info.name = optional_from<std::string>(g, "name").value_or("");
+  info.memory_total_bytes = optional_from<std::uint64_t>(g, "memory_total_bytes");
+  return info;
+}
+
 Status status_from_json(const json& j) {
   Status s;
   s.run_dir = j.at("run_dir").get<std::string>();
@@ -172,14 +181,7 @@ Status status_from_json(const json& j) {
   s.daemon.pid = optional_from<std::uint32_t>(d, "pid");
   s.daemon.heartbeat_age_ns = optional_from<std::uint64_t>(d, "heartbeat_age_ns");
   s.daemon.quantum_ns = optional_from<std::uint64_t>(d, "quantum_ns");
-  for (const auto& g : j.at("gpus")) {
-    GpuInfo info;
-    info.index = g.at("index").get<int>();
-    info.uuid = g.at("uuid").get<std::string>();
-    info.name = optional_from<std::string>(g, "name").value_or("");
-    info.memory_total_bytes = optional_from<std::uint64_t>(g, "memory_total_bytes");
-    s.gpus.push_back(std::move(info));
-  }
+  for (const auto& g : j.at("gpus")) s.gpus.push_back(gpu_info_from_json(g));
   for (const auto& a : j.at("allocations")) s.allocations.push_back(allocation_from_json(a));
   for (const auto& p : j.at("problems"))
     s.problems.push_back(Problem{p.at("alloc").get<std::string>(), p.at("path").get<std::string>(),

@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tools/limits_access.hpp"
+#include "shm/limits_seqlock.hpp"
+#include "tools/region_reader.hpp"
 
 namespace cushare::tools {
 
@@ -66,16 +67,16 @@ Allocation allocation_from_regions(const RegionViews& regions, const std::string
   alloc.has_usage = regions.usage != nullptr;
   const bool daemon_up = daemon_alive(limits, now);
 
-  const LimitsSnapshot snapshot = read_limits_snapshot(limits);
-  const std::uint32_t gpu_count = snapshot.gpu_count;
+  const std::uint32_t gpu_count =
+      std::min(limits.gpu_count.load(std::memory_order_acquire), shm::kMaxGpus);
   for (std::uint32_t i = 0; i < gpu_count; ++i) {
-    const GpuLimitsValues& values = snapshot.gpus[i];
+    const shm::GpuLimitsSnapshot values = shm::read_gpu_limits(limits, i);
     const shm::GpuLimits& words = limits.gpus[i];
     AllocationGpu gpu;
     gpu.uuid = bounded_string(words.uuid, shm::kUuidBytes);
     if (values.memory_limit_bytes != shm::kUnlimited)
       gpu.memory_limit_bytes = values.memory_limit_bytes;
-    gpu.mode = std::string(mode_name(values.mode));
+    gpu.mode = std::string(mode_name(static_cast<std::uint32_t>(values.mode)));
     gpu.compute_limit_pct = values.compute_limit_pct;
     gpu.weight = values.weight;
     // Share figures are only meaningful while the daemon publishes them.

@@ -1,0 +1,103 @@
+#include <gtest/gtest.h>
+
+#include "region_fixture.hpp"
+#include "scenario.hpp"
+#include "shm/limits_seqlock.hpp"
+#include "tools/set_request.hpp"
+
+namespace cushare::tools {
+namespace {
+
+constexpr std::uint64_t kGi = 1ull << 30;
+
+TEST(SetArgs, ParseOrExplain) {
+  EXPECT_EQ(parse_memory_limit_arg("8Gi").amount.bytes, 8 * kGi);
+  EXPECT_TRUE(parse_memory_limit_arg("none").unlimited);
+  EXPECT_EQ(parse_memory_limit_arg("25%").amount.percent_milli, 25'000u);
+  EXPECT_EQ(parse_compute_limit_arg("50%"), 50u);
+  EXPECT_EQ(parse_weight_arg("7"), 7u);
+  EXPECT_EQ(parse_mode_arg("capped"), shm::ComputeMode::kCapped);
+  for (const char* bad : {"", "8 Gi", "-1Gi", "8Qi", "101%", "12m"})
+    EXPECT_THROW(parse_memory_limit_arg(bad), InvalidRequest) << bad;
+  EXPECT_THROW(parse_compute_limit_arg("0"), InvalidRequest);
+  EXPECT_THROW(parse_compute_limit_arg("101"), InvalidRequest);
+  EXPECT_THROW(parse_weight_arg("0"), InvalidRequest);
+  EXPECT_THROW(parse_weight_arg("10001"), InvalidRequest);
+  EXPECT_THROW(parse_mode_arg("fast"), InvalidRequest);
+  try {
+    parse_memory_limit_arg("8Qi");
+  } catch (const InvalidRequest& e) {
+    EXPECT_NE(std::string(e.what()).find("--memory-limit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SetJson, RoundTripsAndRejectsBadValues) {
+  SetRequest r;
+  r.alloc = "a";
+  r.gpu = "0";
+  r.memory_limit = parse_memory_limit_arg("25%");
+  r.weight = 3;
+  r.mode = shm::ComputeMode::kCapped;
+  const SetRequest back = set_request_from_json(to_json(r));
+  EXPECT_EQ(to_json(back), to_json(r));
+  EXPECT_THROW(set_request_from_json({{"alloc", "a"}}), InvalidRequest);
+  EXPECT_THROW(set_request_from_json({{"alloc", "a"}, {"compute_limit_pct", 0}}), InvalidRequest);
+  EXPECT_THROW(set_request_from_json({{"alloc", "a"}, {"weight", "x"}}), InvalidRequest);
+  EXPECT_THROW(set_request_from_json({{"alloc", "a"}, {"memory_limit_bytes", -5}}), InvalidRequest);
+  EXPECT_THROW(set_request_from_json({{"alloc", "a"}, {"mode", "turbo"}}), InvalidRequest);
+}
+
+class ApplySet : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    regions_ = testing::make_regions("a", 0, shm::kCreatedByPlugin);
+    testing::set_gpu(regions_, 0, testing::kUuid0, 8 * kGi, 50, 50, shm::ComputeMode::kCapped);
+    testing::set_gpu(regions_, 1, testing::kUuid1, 8 * kGi, 50, 50, shm::ComputeMode::kCapped);
+    testing::add_process(regions_, 0, 1, 0, 0, 6 * kGi, 0, 0);
+  }
+  SetRequest request(const std::string& memory) {
+    SetRequest r;
+    r.alloc = "a";
+    r.memory_limit = parse_memory_limit_arg(memory);
+    return r;
+  }
+  testing::RegionPair regions_;
+};
+
+TEST_F(ApplySet, EveryEntryByDefaultAndWarnsBelowUse) {
+  const SetOutcome out =
+      apply_set(*regions_.limits, regions_.usage.get(), request("4Gi"), testing::scenario_gpus());
+  ASSERT_EQ(out.changed.size(), 2u);
+  EXPECT_EQ(out.changed[0], std::string(testing::kUuid0) + ": memory 8Gi -> 4Gi");
+  EXPECT_EQ(shm::read_gpu_limits(*regions_.limits, 1).memory_limit_bytes, 4 * kGi);
+  ASSERT_EQ(out.warnings.size(), 1u);  // GPU 0 uses 6Gi
+  EXPECT_NE(out.warnings[0].find("nothing is killed"), std::string::npos);
+  EXPECT_EQ(regions_.limits->generation.load() % 2, 0u);
+}
+
+TEST_F(ApplySet, SelectsByIndexAndResolvesPercent) {
+  SetRequest r = request("25%");
+  r.gpu = "1";
+  r.compute_limit_pct = 20;
+  apply_set(*regions_.limits, regions_.usage.get(), r, testing::scenario_gpus());
+  EXPECT_EQ(shm::read_gpu_limits(*regions_.limits, 0).memory_limit_bytes, 8 * kGi);
+  EXPECT_EQ(shm::read_gpu_limits(*regions_.limits, 1).memory_limit_bytes, 20 * kGi);  // 25% of 80Gi
+  EXPECT_EQ(shm::read_gpu_limits(*regions_.limits, 1).compute_limit_pct, 20u);
+}
+
+TEST_F(ApplySet, PercentWithoutCardSizeChangesNothing) {
+  SetRequest r = request("25%");
+  r.weight = 9;
+  EXPECT_THROW(apply_set(*regions_.limits, regions_.usage.get(), r, {}), InvalidRequest);
+  EXPECT_EQ(shm::read_gpu_limits(*regions_.limits, 0).weight, 50u);
+  EXPECT_EQ(regions_.limits->generation.load(), 0u);
+}
+
+TEST_F(ApplySet, UnknownGpuSelector) {
+  SetRequest r = request("1Gi");
+  r.gpu = "GPU-nope";
+  EXPECT_THROW(apply_set(*regions_.limits, nullptr, r, testing::scenario_gpus()), InvalidRequest);
+}
+
+}  // namespace
+}  // namespace cushare::tools

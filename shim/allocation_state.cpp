@@ -318,6 +318,12 @@ RegionView region_view() noexcept {
 }
 
 unsigned current_gpu_index(const AllocationState& st, CUdevice& device) noexcept {
+  // One visible device (the usual container): no driver call. Without a
+  // current context the real call fails, and the caller rolls back.
+  if (st.device_count == 1) {
+    device = 0;
+    return st.gpu_of_device[0];
+  }
   device = -1;
   if (real().cuCtxGetDevice(&device) != CUDA_SUCCESS) {
     device = -1;

@@ -1,0 +1,57 @@
+// Per-call cost of the driver paths the shim sits on, for a side-by-side run
+// with and without libcushare.so preloaded (run_shim_bench.py computes the
+// added time). Linked with -lcuda (fakegpu's at build time, whatever
+// LD_LIBRARY_PATH picks at run time), so calls bind to the shim's exports
+// exactly as a driver-API program's do.
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+CUcontext g_ctx = nullptr;
+
+void setup() {
+  if (g_ctx) return;
+  CUdevice dev;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&g_ctx, dev) != CUDA_SUCCESS ||
+      cuCtxSetCurrent(g_ctx) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "shim_bench: CUDA setup failed\n");
+    std::exit(1);
+  }
+}
+
+void BM_AllocFreePair(benchmark::State& state) {
+  setup();
+  cuCtxSetCurrent(g_ctx);
+  const size_t size = static_cast<size_t>(state.range(0));
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (cuMemAlloc(&p, size) != CUDA_SUCCESS) state.SkipWithError("cuMemAlloc_v2 failed");
+    cuMemFree(p);
+  }
+}
+BENCHMARK(BM_AllocFreePair)->Arg(1 << 20);
+
+void BM_PassThroughCtxGetDevice(benchmark::State& state) {
+  setup();
+  cuCtxSetCurrent(g_ctx);
+  CUdevice dev;
+  for (auto _ : state) benchmark::DoNotOptimize(cuCtxGetDevice(&dev));
+}
+BENCHMARK(BM_PassThroughCtxGetDevice);
+
+void BM_MemGetInfo(benchmark::State& state) {
+  setup();
+  cuCtxSetCurrent(g_ctx);
+  size_t free = 0, total = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cuMemGetInfo(&free, &total));
+}
+BENCHMARK(BM_MemGetInfo);
+
+}  // namespace
+
+BENCHMARK_MAIN();

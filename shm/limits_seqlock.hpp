@@ -4,11 +4,15 @@
 //
 // Readers (shims, every cuMemAlloc) never block a writer and never take a
 // lock: they retry while the generation is odd or changed under them. A
-// writer that died mid-update leaves the generation odd; readers then give up
-// after a bounded number of spins and return the current field values with
-// consistent = false (each field is atomic, so a value is never garbage, only
-// possibly mixed old/new across fields), and the next writer takes over.
+// writer that died mid-update (or is preempted for long) leaves the
+// generation odd; readers then give up after a bounded wait and return the
+// current field values with consistent = false (each field is atomic and was
+// written by an authorised writer, so a value is never garbage, only possibly
+// a mix of old and new fields), and the next writer takes over.
 #pragma once
+
+#include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -28,17 +32,20 @@ struct GpuLimitsSnapshot {
   bool consistent = true;        // false only after a writer died mid-update (output only)
 };
 
-// Spins a reader makes while a writer holds the generation odd before it
-// falls back to an unguarded read. A live writer holds it for four stores
-// (nanoseconds) unless it is preempted; the bound (~0.1-1 ms) keeps every
-// allocation fast even when a writer died mid-update and no one took over.
-inline constexpr unsigned kSeqlockMaxSpins = 1u << 14;
-
-// Spins a writer waits on an odd generation before it concludes that the
-// writer holding it died and takes over: far longer than any preemption
-// (~0.5-2 s), because taking over from a writer that is merely slow could let
-// a reader combine fields of both updates.
-inline constexpr unsigned kSeqlockTakeoverSpins = 1u << 24;
+// How long a reader waits on an odd generation before it falls back to an
+// unguarded read, and how long a writer waits before it concludes that the
+// writer holding the generation died and takes over. A live writer holds it
+// for four stores unless it is preempted, which on a loaded node can last a
+// few scheduler slices; a reader waits about that long (the fallback values
+// are legitimate per field, and a dead writer must not make every allocation
+// slow); the takeover bound is far longer, because
+// taking over from a writer that is merely slow could let a reader combine
+// fields of both updates. Waiting starts with a short pause-spin; only then
+// does it read the clock (vDSO, no syscall) and yield the CPU, so the common
+// case (generation even) costs two loads.
+inline constexpr std::uint64_t kSeqlockReaderWaitNs = 10'000'000;   // 10 ms
+inline constexpr std::uint64_t kSeqlockTakeoverNs = 2'000'000'000;  // 2 s
+inline constexpr unsigned kSeqlockPauseSpins = 1024;
 
 namespace detail {
 inline void cpu_relax() {
@@ -48,6 +55,37 @@ inline void cpu_relax() {
   asm volatile("yield" ::: "memory");
 #endif
 }
+
+inline std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Waits one step on an odd generation; false once `limit_ns` has passed
+// since the first slow step.
+class OddWait {
+ public:
+  explicit OddWait(std::uint64_t limit_ns) : limit_ns_(limit_ns) {}
+  bool step() {
+    if (spins_ < kSeqlockPauseSpins) {
+      ++spins_;
+      cpu_relax();
+      return true;
+    }
+    const std::uint64_t now = monotonic_ns();
+    if (since_ == 0) since_ = now;
+    if (now - since_ >= limit_ns_) return false;
+    sched_yield();  // let a preempted writer run
+    return true;
+  }
+
+ private:
+  std::uint64_t limit_ns_;
+  unsigned spins_ = 0;
+  std::uint64_t since_ = 0;
+};
 
 inline GpuLimitsSnapshot load_fields(const GpuLimits& g) {
   GpuLimitsSnapshot s;
@@ -59,19 +97,20 @@ inline GpuLimitsSnapshot load_fields(const GpuLimits& g) {
 }
 }  // namespace detail
 
-// Precondition: gpu < kMaxGpus. Lock-free, no syscall.
+// Precondition: gpu < kMaxGpus. Lock-free; no syscall unless a writer is
+// mid-update.
 inline GpuLimitsSnapshot read_gpu_limits(const LimitsRegion& limits, unsigned gpu) {
   const GpuLimits& g = limits.gpus[gpu];
-  for (unsigned spins = 0;; ++spins) {
+  detail::OddWait wait(kSeqlockReaderWaitNs);
+  for (;;) {
     const std::uint64_t g1 = limits.generation.load(std::memory_order_acquire);
     if (g1 & 1u) {
-      if (spins >= kSeqlockMaxSpins) {
+      if (!wait.step()) {
         GpuLimitsSnapshot s = detail::load_fields(g);
         s.generation = g1;
         s.consistent = false;
         return s;
       }
-      detail::cpu_relax();
       continue;
     }
     GpuLimitsSnapshot s = detail::load_fields(g);
@@ -85,20 +124,19 @@ inline GpuLimitsSnapshot read_gpu_limits(const LimitsRegion& limits, unsigned gp
 
 // Writer side (daemon, device plugin, standalone creator). Writers serialise
 // among themselves by CAS on the generation (even -> odd). A generation that
-// stays odd for kSeqlockTakeoverSpins belongs to a writer that died: this
-// writer takes it over (odd -> odd + 2). A writer ends with a CAS odd -> even,
-// so one that was taken over never moves the generation backwards.
+// stays odd for kSeqlockTakeoverNs belongs to a writer that died: this writer
+// takes it over (odd -> odd + 2). A writer ends with a CAS odd -> even, so one
+// that was taken over never moves the generation backwards.
 // `value.generation` and `value.consistent` are ignored. Returns the
 // generation after the update.
 inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
                                        const GpuLimitsSnapshot& value) {
   std::uint64_t cur = limits.generation.load(std::memory_order_relaxed);
-  unsigned spins = 0;
+  detail::OddWait wait(kSeqlockTakeoverNs);
   std::uint64_t odd;
   for (;;) {
     if (cur & 1u) {
-      if (spins++ < kSeqlockTakeoverSpins) {
-        detail::cpu_relax();
+      if (wait.step()) {
         cur = limits.generation.load(std::memory_order_relaxed);
         continue;
       }

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "tests/fakegpu/cuda/driver.hpp"
@@ -12,13 +13,12 @@ namespace {
 
 CUresult device_index(CUdevice dev) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (dev < 0 || static_cast<uint32_t>(dev) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;
 }
 
 const DeviceSlot& device_slot(CUdevice dev) {
-  return driver().file->state().devices[dev];
+  return driver().file->state().devices[physical(dev)];
 }
 
 CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Context** out) {
@@ -28,7 +28,7 @@ CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Conte
   uint64_t generation = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     StateLock lock(*d.file, attempt == 1);
-    slot = create_context(lock.state(), d.proc, static_cast<uint32_t>(dev),
+    slot = create_context(lock.state(), d.proc, static_cast<uint32_t>(physical(dev)),
                           lock.state().header.context_overhead, lock.now(), &oom);
     if (slot >= 0) {
       generation = lock.state().contexts[slot].generation;
@@ -39,7 +39,7 @@ CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Conte
   auto* ctx = new Context();
   ctx->slot = slot;
   ctx->generation = generation;
-  ctx->device = dev;
+  ctx->device = physical(dev);
   ctx->primary = primary;
   ctx->flags = flags;
   ctx->default_stream.ctx = ctx;
@@ -121,6 +121,13 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
                  static_cast<unsigned long long>(s.header.timeslice_ns / 1000),
                  static_cast<unsigned long long>(s.header.context_overhead));
   }
+  // CUDA_VISIBLE_DEVICES selects and orders the devices this process sees
+  // (NVML keeps seeing all of them, as with the real driver).
+  d.visible = parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), s);
+  if (d.visible.empty()) {
+    d.init_error = CUDA_ERROR_NO_DEVICE;
+    return d.init_error;
+  }
   // Register this process: a free slot, else the longest-exited one.
   int32_t chosen = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxProcs); ++i) {
@@ -200,15 +207,14 @@ FAKEGPU_API CUresult cuGetErrorString(CUresult error, const char** pStr) {
 FAKEGPU_API CUresult cuDeviceGetCount(int* count) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = static_cast<int>(driver().config.devices.size());
+  *count = visible_count();
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal < 0 || static_cast<size_t>(ordinal) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
 }
@@ -335,7 +341,7 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = 2;
       break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-      v = 0x18 + dev;
+      v = 0x18 + physical(dev);
       break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
       v = 0;
@@ -382,16 +388,16 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
 FAKEGPU_API CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  std::snprintf(pciBusId, static_cast<size_t>(len), "00000000:%02X:00.0", 0x18 + dev);
+  std::snprintf(pciBusId, static_cast<size_t>(len), "00000000:%02X:00.0", 0x18 + physical(dev));
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < driver().config.devices.size(); ++i) {
+  for (int i = 0; i < visible_count(); ++i) {
     char id[32];
-    std::snprintf(id, sizeof id, "00000000:%02X:00.0", 0x18 + static_cast<int>(i));
+    std::snprintf(id, sizeof id, "00000000:%02X:00.0", 0x18 + physical(i));
     if (strcasecmp(id, pciBusId) == 0 || strcasecmp(id + 4, pciBusId) == 0) {
       *dev = static_cast<CUdevice>(i);
       return CUDA_SUCCESS;
@@ -569,7 +575,7 @@ FAKEGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* c = current_context();
   if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = c->device;
+  *device = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
 
@@ -578,7 +584,7 @@ FAKEGPU_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* c = ctx_or_current(ctx);
   if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = c->device;
+  *device = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
 

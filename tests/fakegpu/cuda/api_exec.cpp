@@ -569,7 +569,7 @@ FAKEGPU_STREAM_GETTER(cuStreamGetFlags, unsigned int, s->flags)
 FAKEGPU_STREAM_GETTER(cuStreamGetPriority, int, s->priority)
 FAKEGPU_STREAM_GETTER(cuStreamGetId, unsigned long long, s->id)
 FAKEGPU_STREAM_GETTER(cuStreamGetCtx, CUcontext, reinterpret_cast<CUcontext>(s->ctx))
-FAKEGPU_STREAM_GETTER(cuStreamGetDevice, CUdevice, s->ctx->device)
+FAKEGPU_STREAM_GETTER(cuStreamGetDevice, CUdevice, ordinal_of(s->ctx->device))
 
 // ---- events ----
 

@@ -403,7 +403,8 @@ FAKEGPU_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attri
   if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: {
-      Context* owner = d.primary[r->device];
+      const CUdevice ordinal = ordinal_of(r->device);
+      Context* owner = ordinal >= 0 ? d.primary[ordinal] : nullptr;
       for (Context* c : d.contexts) {
         if (!owner && c->device == r->device) owner = c;
       }
@@ -426,7 +427,7 @@ FAKEGPU_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attri
       *static_cast<unsigned*>(data) = r->kind == RegionKind::managed;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = r->device;
+      *static_cast<int*>(data) = ordinal_of(r->device);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = base;
@@ -734,8 +735,7 @@ FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQ
 FAKEGPU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                                   void* value) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
     case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
@@ -752,8 +752,7 @@ FAKEGPU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_at
 FAKEGPU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                                   void* value) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr ||
       (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -763,7 +762,6 @@ FAKEGPU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_at
 
 FAKEGPU_API CUresult cuDeviceGraphMemTrim(CUdevice device) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (device < 0 || static_cast<size_t>(device) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;
 }

@@ -7,7 +7,7 @@ using namespace fakegpu;
 
 namespace {
 bool valid_device(CUdevice d) {
-  return d >= 0 && static_cast<size_t>(d) < driver().config.devices.size();
+  return valid_ordinal(d);
 }
 
 CUresult managed_range(CUdeviceptr ptr, size_t count) {

@@ -52,8 +52,7 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
   if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
     return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-    if (prop->location.id < 0 ||
-        static_cast<size_t>(prop->location.id) >= driver().config.devices.size()) {
+    if (!valid_ordinal(prop->location.id)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
     return CUDA_SUCCESS;
@@ -97,7 +96,7 @@ Pool* default_pool(int device) {  // caller holds driver().mu
     p->is_default = true;
     p->props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     p->props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p->props.location.id = device;
+    p->props.location.id = ordinal_of(device);
     pools().insert(p);
     default_pools[device] = p;
   }
@@ -241,13 +240,13 @@ FAKEGPU_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
   const bool on_device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   // Only device-located handles consume device memory.
   if (on_device) {
-    if (CUresult r = charge_device(prop->location.id, size); r != CUDA_SUCCESS) return r;
+    if (CUresult r = charge_device(physical(prop->location.id), size); r != CUDA_SUCCESS) return r;
   }
   auto* h = new PhysicalHandle();
   h->prop = *prop;
   h->size = size;
   h->charged = on_device ? size : 0;
-  h->device = on_device ? prop->location.id : 0;
+  h->device = on_device ? physical(prop->location.id) : 0;
   h->backing = std::make_shared<Backing>();
   h->backing->size = size;
   std::lock_guard<std::mutex> guard(driver().mu);
@@ -405,13 +404,13 @@ FAKEGPU_API CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* p
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (pool == nullptr || poolProps == nullptr ||
       poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || poolProps->location.id < 0 ||
-      static_cast<size_t>(poolProps->location.id) >= driver().config.devices.size()) {
+      poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      !valid_ordinal(poolProps->location.id)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto* p = new Pool();
   p->props = *poolProps;
-  p->device = poolProps->location.id;
+  p->device = physical(poolProps->location.id);
   std::lock_guard<std::mutex> guard(driver().mu);
   pools().insert(p);
   *pool = reinterpret_cast<CUmemoryPool>(p);
@@ -527,32 +526,29 @@ FAKEGPU_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
 FAKEGPU_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (dev < 0 || static_cast<size_t>(dev) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> guard(driver().mu);
-  *pool_out = reinterpret_cast<CUmemoryPool>(default_pool(dev));
+  *pool_out = reinterpret_cast<CUmemoryPool>(default_pool(physical(dev)));
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (dev < 0 || static_cast<size_t>(dev) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> guard(driver().mu);
-  *pool =
-      reinterpret_cast<CUmemoryPool>(current_pools[dev] ? current_pools[dev] : default_pool(dev));
+  *pool = reinterpret_cast<CUmemoryPool>(
+      current_pools[physical(dev)] ? current_pools[physical(dev)] : default_pool(physical(dev)));
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (dev < 0 || static_cast<size_t>(dev) >= driver().config.devices.size())
-    return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> guard(driver().mu);
   Pool* p = as_pool(pool);
-  if (p == nullptr || p->device != dev) return CUDA_ERROR_INVALID_VALUE;
-  current_pools[dev] = p;
+  if (p == nullptr || p->device != physical(dev)) return CUDA_ERROR_INVALID_VALUE;
+  current_pools[physical(dev)] = p;
   return CUDA_SUCCESS;
 }
 

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <strings.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,51 @@ __attribute__((destructor)) void release_at_exit() {
 }
 
 }  // namespace
+
+CUdevice ordinal_of(int physical_index) {
+  const auto& v = driver().visible;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == physical_index) return static_cast<CUdevice>(i);
+  }
+  return -1;
+}
+
+std::vector<int> parse_visible_devices(const char* text, const SharedState& s) {
+  std::vector<int> out;
+  const int count = static_cast<int>(s.header.device_count);
+  if (text == nullptr) {
+    for (int i = 0; i < count; ++i) out.push_back(i);
+    return out;
+  }
+  const std::string list(text);
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int found = -1;
+    if (!item.empty() && item.size() < 6 &&
+        item.find_first_not_of("0123456789") == std::string::npos) {
+      const int index = std::stoi(item);
+      if (index < count) found = index;
+    } else if (item.size() > 4 && strncasecmp(item.c_str(), "GPU-", 4) == 0) {
+      int matches = 0;
+      for (int i = 0; i < count; ++i) {
+        if (strncasecmp(s.devices[i].uuid, item.c_str(), item.size()) == 0) {
+          found = i;
+          ++matches;
+        }
+      }
+      if (matches != 1) found = -1;  // unknown or ambiguous prefix
+    }
+    if (found < 0 || std::find(out.begin(), out.end(), found) != out.end()) break;
+    out.push_back(found);
+    start = end + 1;
+  }
+  return out;
+}
 
 std::vector<Context*>& context_stack() {
   return tls_stack;

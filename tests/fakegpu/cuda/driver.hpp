@@ -120,6 +120,8 @@ struct Driver {
   int primary_refs[kMaxDevices] = {};
   unsigned primary_flags[kMaxDevices] = {};
   std::vector<Context*> contexts;
+  std::vector<int>
+      visible;  // CUdevice ordinal -> device index in the state file (CUDA_VISIBLE_DEVICES)
   std::map<uint64_t, Region> regions;  // base -> region
   uint64_t backed_bytes = 0;
   uint64_t next_id = 1;
@@ -129,6 +131,23 @@ struct Driver {
 };
 
 Driver& driver();
+
+// CUdevice ordinals are positions in CUDA_VISIBLE_DEVICES; the state file,
+// contexts and charges use physical device indices.
+inline int visible_count() {
+  return static_cast<int>(driver().visible.size());
+}
+inline bool valid_ordinal(CUdevice d) {
+  return d >= 0 && d < visible_count();
+}
+inline int physical(CUdevice ordinal) {
+  return driver().visible[static_cast<size_t>(ordinal)];
+}
+CUdevice ordinal_of(int physical_index);  // -1 when not visible
+// Parses CUDA_VISIBLE_DEVICES against the node's UUIDs like the driver:
+// indices, GPU-<uuid> or unique UUID prefixes; parsing stops at the first
+// invalid entry. Unset means all devices.
+std::vector<int> parse_visible_devices(const char* text, const SharedState& s);
 
 // Fails with the init error, NOT_INITIALIZED or DEINITIALIZED where applicable.
 CUresult check_ready();

@@ -227,8 +227,45 @@ def api_matrix(env):
         fail("memory left behind after the probes exited")
 
 
+def visible_devices(env):
+    """CUDA_VISIBLE_DEVICES selects devices by index, UUID or UUID prefix, like the driver."""
+    env = dict(env, FAKEGPU_DEVICES="H100-80GB:80Gi:132;T4:16Gi:40")
+    probe = [ARGS.alloc_probe, "--step", "1Gi", "--max", "1Gi"]
+    uuid1 = stat(env)["devices"][1]["uuid"]
+
+    def run(visible, extra=()):
+        return subprocess.run(probe + list(extra), env=dict(env, CUDA_VISIBLE_DEVICES=visible), capture_output=True,
+                              text=True, timeout=30)
+
+    for visible in ["1", uuid1, uuid1[:8], "1,7,0"]:
+        out = run(visible)
+        if out.returncode != 0 or json.loads(out.stdout)["before"]["device_total"] != 16 * 2**30:
+            fail("CUDA_VISIBLE_DEVICES=%s should show only the T4 as device 0: %s %s" % (visible, out.stdout, out.stderr))
+    # Parsing stops at the first invalid entry: "1,7,0" has one device.
+    if run("1,7,0", ["--device", "1"]).returncode == 0:
+        fail("CUDA_VISIBLE_DEVICES=1,7,0 exposed more than one device")
+    both = run("1,0", ["--device", "1"])
+    if both.returncode != 0 or json.loads(both.stdout)["before"]["device_total"] != 80 * 2**30:
+        fail("CUDA_VISIBLE_DEVICES=1,0 should make the H100 device 1: " + both.stdout + both.stderr)
+    for visible in ["", "7", "GPU-", "MIG-0"]:
+        out = run(visible)
+        if out.returncode == 0 or "CUDA_ERROR_NO_DEVICE" not in out.stderr:
+            fail("CUDA_VISIBLE_DEVICES=%r should leave no device: %s" % (visible, out.stderr))
+    # The charge lands on the physical device.
+    held = spawn(probe + ["--hold-seconds", "30"], dict(env, CUDA_VISIBLE_DEVICES="1"))
+    read_json_line(held)
+    snapshot = stat(env)
+    on_t4 = proc_memory(snapshot, held.pid, device=1)
+    held.kill()
+    held.wait()
+    if on_t4 != 2**30 + 300 * 2**20 or proc_memory(snapshot, held.pid, device=0) != 0:
+        fail("memory of ordinal 0 under CUDA_VISIBLE_DEVICES=1 not charged to physical device 1")
+    print("CUDA_VISIBLE_DEVICES: indices, UUID, prefix, stop-at-invalid and empty all behave")
+
+
 SCENARIOS = {f.__name__: f for f in [two_processes_share, unequal_kernels_share, lone_process_busy, capacity_concurrent,
-                                     killed_process_memory_returns, bad_configuration, api_matrix]}
+                                     killed_process_memory_returns, bad_configuration, api_matrix,
+                                     visible_devices]}
 
 
 def main():
@@ -241,6 +278,7 @@ def main():
     ARGS = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fakegpu-test-") as tmp:
         extra = {"FAKEGPU_STATE": os.path.join(tmp, "state"), "FAKEGPU_TEST_TMP": tmp}
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         if ARGS.scenario == "capacity_concurrent":
             extra.update({"FAKEGPU_DEVICES": "T4:16Gi:40", "FAKEGPU_CONTEXT_OVERHEAD": "256Mi"})
         for knob in ["FAKEGPU_DEVICES", "FAKEGPU_CONTEXT_OVERHEAD", "FAKEGPU_TIMESLICE_US", "FAKEGPU_KERNEL_NS",

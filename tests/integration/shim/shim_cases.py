@@ -372,8 +372,11 @@ def case_disable(h):
 
 
 def case_fork(h):
-    """fork children re-register: their bytes go to their own slot and return at exit."""
+    """fork: children of an uninitialised parent get their own slots; children of an
+    initialised parent leave its slot alone when they exit."""
     out, _ = h.probe("--mode", "fork", "--step", str(512 * MI), "--children", "3", extra=QUOTA)
+    check(out["free_before"] == 4 * GI - OVERHEAD - 512 * MI,
+          f"parent sees free {out['free_before']}: earlier children's bytes not returned")
     check(out["free_after"] == out["free_before"],
           f"parent view changed across children: {out['free_before']} -> {out['free_after']}")
     check(h.usage().used() == 0, f"ledger {h.usage().used()} after all exited")

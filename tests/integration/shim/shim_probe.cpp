@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -235,38 +236,46 @@ int mode_race(const Api& a, unsigned threads, double seconds, std::uint64_t max_
   return 0;
 }
 
-// Children allocate and exit (normally or killed); the parent, which holds
-// its own allocation, must keep seeing exactly its own charge plus overhead.
+// fork(): children of a process that has not initialised CUDA initialise
+// on their own and are charged to their own slots (returned at their exit);
+// children forked after the parent initialised (they cannot use CUDA, as on
+// a real driver) must not release or disturb the parent's slot when they exit.
+int run_children(unsigned n, const std::function<int()>& body) {
+  for (unsigned i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) std::exit(body());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return static_cast<int>(i) + 1;
+  }
+  return 0;
+}
+
 int mode_fork(const Api& a, std::uint64_t step, unsigned children) {
+  const int before_init = run_children(children, [&] {
+    CUdevice d;
+    if (!start(a, d)) return 10;
+    CUdeviceptr p = 0;
+    return a.MemAlloc(&p, step) == CUDA_SUCCESS ? 0 : 11;  // exits without freeing
+  });
+  expect(before_init == 0, "child " + std::to_string(before_init) + " before parent init failed");
   CUdevice dev;
   if (!start(a, dev)) return 0;
   CUdeviceptr mine = 0;
   expect(a.MemAlloc(&mine, step) == CUDA_SUCCESS, "parent cuMemAlloc_v2");
   size_t free_before = 0, total = 0;
   expect(a.MemGetInfo(&free_before, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
-  for (unsigned i = 0; i < children; ++i) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      // The child re-registers: its allocations go to its own slot.
-      CUdevice d;
-      if (!start(a, d)) _exit(10);
-      CUdeviceptr p = 0;
-      const CUresult r = a.MemAlloc(&p, step);
-      // Exits without freeing: exit() releases its slot (atexit), which returns the bytes.
-      std::exit(r == CUDA_SUCCESS ? 0 : 11);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "child " + std::to_string(i) + " status " + std::to_string(status));
-  }
+  const int after_init = run_children(children, [] { return 0; });  // exit() runs atexit
+  expect(after_init == 0, "child after parent init failed");
   size_t free_after = 0;
   expect(a.MemGetInfo(&free_after, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
   expect(a.MemFree(mine) == CUDA_SUCCESS, "parent cuMemFree_v2");
-  std::printf("%s\n",
-              json{{"free_before", free_before}, {"free_after", free_after}, {"children", children}}
-                  .dump()
-                  .c_str());
+  std::printf("%s\n", json{{"free_before", free_before},
+                           {"free_after", free_after},
+                           {"total", total},
+                           {"children", children}}
+                          .dump()
+                          .c_str());
   return 0;
 }
 

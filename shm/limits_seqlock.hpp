@@ -87,12 +87,16 @@ class OddWait {
   std::uint64_t since_ = 0;
 };
 
+// Acquire loads: a later generation re-check cannot move before them, and a
+// field written by a writer (release store) makes its odd generation visible.
+// (Written without atomic_thread_fence, which ThreadSanitizer does not model;
+// on x86 these are plain loads either way.)
 inline GpuLimitsSnapshot load_fields(const GpuLimits& g) {
   GpuLimitsSnapshot s;
-  s.memory_limit_bytes = g.memory_limit_bytes.load(std::memory_order_relaxed);
-  s.compute_limit_pct = g.compute_limit_pct.load(std::memory_order_relaxed);
-  s.weight = g.weight.load(std::memory_order_relaxed);
-  s.mode = static_cast<ComputeMode>(g.mode.load(std::memory_order_relaxed));
+  s.memory_limit_bytes = g.memory_limit_bytes.load(std::memory_order_acquire);
+  s.compute_limit_pct = g.compute_limit_pct.load(std::memory_order_acquire);
+  s.weight = g.weight.load(std::memory_order_acquire);
+  s.mode = static_cast<ComputeMode>(g.mode.load(std::memory_order_acquire));
   return s;
 }
 }  // namespace detail
@@ -114,7 +118,6 @@ inline GpuLimitsSnapshot read_gpu_limits(const LimitsRegion& limits, unsigned gp
       continue;
     }
     GpuLimitsSnapshot s = detail::load_fields(g);
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (limits.generation.load(std::memory_order_relaxed) == g1) {
       s.generation = g1;
       return s;
@@ -146,12 +149,13 @@ inline std::uint64_t update_gpu_limits(LimitsRegion& limits, unsigned gpu,
     }
     if (limits.generation.compare_exchange_weak(cur, odd, std::memory_order_relaxed)) break;
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // Release stores: a reader that sees any new field also sees the odd
+  // generation stored before it, and so retries.
   GpuLimits& g = limits.gpus[gpu];
-  g.memory_limit_bytes.store(value.memory_limit_bytes, std::memory_order_relaxed);
-  g.compute_limit_pct.store(value.compute_limit_pct, std::memory_order_relaxed);
-  g.weight.store(value.weight, std::memory_order_relaxed);
-  g.mode.store(static_cast<std::uint32_t>(value.mode), std::memory_order_relaxed);
+  g.memory_limit_bytes.store(value.memory_limit_bytes, std::memory_order_release);
+  g.compute_limit_pct.store(value.compute_limit_pct, std::memory_order_release);
+  g.weight.store(value.weight, std::memory_order_release);
+  g.mode.store(static_cast<std::uint32_t>(value.mode), std::memory_order_release);
   std::uint64_t expected = odd;
   if (limits.generation.compare_exchange_strong(expected, odd + 1, std::memory_order_release,
                                                 std::memory_order_relaxed))

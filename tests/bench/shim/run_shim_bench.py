@@ -58,6 +58,10 @@ def main():
         verdict = "" if budget is None else ("ok" if s - w < budget else "OVER") + f" (<{budget:g})"
         ok &= budget is None or s - w < budget
         print(f"{name:34} {w:9.1f} {s:9.1f} {s - w:9.1f}  {verdict}")
+    # The shim's own bookkeeping per pair, no driver involved (stable figure).
+    book = run(os.path.join(a.build, "bin", "shim_bookkeeping_bench"), dict(os.environ))
+    for name, t in book.items():
+        print(f"{name:34} {'':9} {t:9.1f} {'':9}  (ledger + pointer table only)")
     return 0 if ok else 1
 
 

@@ -6,8 +6,10 @@ nothing here runs under the shim."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 FRAMEWORKS = ("torch", "cupy", "jax", "triton")
@@ -104,21 +106,33 @@ def python_candidates() -> List[str]:
     return out
 
 
-def detect_frameworks(timeout: float = 90.0) -> Dict[str, Dict[str, Any]]:
+def detect_frameworks(timeout: float = 60.0) -> Dict[str, Dict[str, Any]]:
     """framework -> {available, version, python | reason}; the first Python
-    (CUSHARE_GPU_PYTHON, else python3/python on PATH, then this one) wins."""
+    (CUSHARE_GPU_PYTHON, else python3/python on PATH, then this one) wins.
+    The candidates are probed in parallel, all within `timeout` seconds."""
     found: Dict[str, Dict[str, Any]] = {}
     tried: Dict[str, List[str]] = {f: [] for f in FRAMEWORKS}
+    running = []
     for py in python_candidates():
         try:
-            p = subprocess.run([py, "-c", _FRAMEWORK_PROBE], capture_output=True, text=True,
-                               timeout=timeout, start_new_session=True)
-        except (subprocess.TimeoutExpired, OSError) as e:
+            running.append((py, subprocess.Popen([py, "-c", _FRAMEWORK_PROBE], stdout=subprocess.PIPE,
+                                                 stderr=subprocess.DEVNULL, text=True,
+                                                 start_new_session=True)))
+        except OSError as e:
             for f in FRAMEWORKS:
-                tried[f].append(f"{py}: {type(e).__name__}")
+                tried[f].append(f"{py}: {e}")
+    end = time.monotonic() + timeout
+    for py, p in running:  # in preference order
+        try:
+            stdout, _ = p.communicate(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            for f in FRAMEWORKS:
+                tried[f].append(f"{py}: importing the frameworks took over {timeout:.0f} s")
             continue
         info = None
-        for line in p.stdout.splitlines():
+        for line in stdout.splitlines():
             if line.startswith("@@detect "):
                 info = json.loads(line[len("@@detect "):])
         if info is None:

@@ -19,7 +19,8 @@ import tempfile
 import time
 
 STATUSES = {"pass", "fail", "skip", "error"}
-FRAMEWORK_CHECKS = {"1": "torch", "2a": "torch", "2b": "torch", "2c": "cupy", "2d": "jax"}
+FRAMEWORK_CHECKS = {"1": "torch", "2a": "torch", "2b": "torch", "2c": "cupy", "2d": "jax",
+                    "2f": "triton"}
 
 
 class Failure(Exception):
@@ -202,23 +203,29 @@ def scenario_interrupt(args):
         env = suite_env(args, tmp)
         out = os.path.join(tmp, "out")
         p = subprocess.Popen([os.path.join(args.repo, "tests", "gpu", "run.sh"), out, "--quick",
-                              "--only", "8,5"], env=env)
-        pids_file = os.path.join(out, ".pids")
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            if os.path.exists(pids_file) and len(open(pids_file).read().split()) >= 3:
-                break
-            time.sleep(0.1)
-        expect(os.path.exists(pids_file) and len(open(pids_file).read().split()) >= 3,
-               "the suite never started its tenants")
-        time.sleep(0.5)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        rc = p.wait(timeout=40)
+                              "--only", "5,8"], env=env)
+        try:
+            pids_file = os.path.join(out, ".pids")
+
+            def started():  # the daemon and at least one tenant
+                return os.path.exists(pids_file) and len(open(pids_file).read().split()) >= 2
+
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not started():
+                time.sleep(0.1)
+            expect(started(), "the suite never started its tenants")
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            rc = p.wait(timeout=40)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         took = time.monotonic() - t0
         expect(rc != 0, "an interrupted run must not exit 0")
         expect(took < 30, f"run.sh took {took:.1f} s to stop")
-        rep = validate_report(out, ["8", "5"])
+        rep = validate_report(out, ["5", "8"])
         expect("interrupt" in (rep.get("fatal") or ""), f"fatal: {rep.get('fatal')}")
         assert_nothing_left(out, args.stat, env)
         print(f"ok: stopped in {took:.1f} s")
@@ -228,8 +235,8 @@ def scenario_budget(args):
     """A budget too small for the checks: they end as errors or skips on time,
     and still nothing is left running."""
     with tempfile.TemporaryDirectory(prefix="cushare-gpu-ctest-") as tmp:
-        out, rc, secs, env = run_suite(args, tmp, ["--only", "8,5", "--budget", "21"], timeout=60)
-        rep = validate_report(out, ["8", "5"])
+        out, rc, secs, env = run_suite(args, tmp, ["--only", "5,8", "--budget", "21"], timeout=60)
+        rep = validate_report(out, ["5", "8"])
         expect(secs < 21 + 15, f"suite took {secs:.1f} s with a 21 s budget")
         statuses = [(c["status"], c["reason"]) for c in rep["checks"]]
         expect(any(s in ("error", "skip") and ("budget" in r or "timed out" in r) for s, r in statuses),
@@ -239,7 +246,7 @@ def scenario_budget(args):
         print(f"ok: {statuses} in {secs:.1f} s")
 
 
-ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "3", "3b", "4", "5", "6", "7", "8"]
+ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "5", "6", "7", "8"]
 
 
 def main():
@@ -254,7 +261,7 @@ def main():
     args = p.parse_args()
     try:
         if args.scenario == "memory":
-            scenario_checks(args, ["1", "2a", "2b", "2c", "2d", "2e", "3", "3b", "4"],
+            scenario_checks(args, ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4"],
                             must_pass=["2e", "3b", "4"], may_skip=["3"])
         elif args.scenario == "timeshare":
             scenario_checks(args, ["5"], must_pass=["5"])

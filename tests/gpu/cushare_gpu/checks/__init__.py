@@ -16,6 +16,7 @@ CHECKS = [
     Check("2d", "memory quota, JAX default preallocation", 75, False, memory.jax_prealloc),
     Check("2e", "memory quota, Driver API (cuMemAlloc_v2 via cuGetProcAddress_v2)", 40, False,
           memory.driver_fill),
+    Check("2f", "Triton kernels under the shim (launch gate)", 60, False, memory.triton_kernels),
     Check("3", "nvidia-smi under the shim shows the quota", 30, False, smi.nvidia_smi_view),
     Check("3b", "NVML memory view under the shim", 30, False, smi.nvml_view),
     Check("4", "two processes of one allocation share one quota", 45, False, memory.shared_quota),

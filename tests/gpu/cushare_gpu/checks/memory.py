@@ -169,3 +169,30 @@ def _clean(msg):
     return {k: v for k, v in msg.items() if not k.startswith("_")}
 
 
+
+
+def triton_kernels(suite: Suite, r: CheckResult, d: Deadline) -> None:
+    """Check 2f: Triton kernels run under the shim and pass its launch gate."""
+    from .. import regions
+    fw = suite.framework("triton")
+    torch = suite.framework("torch")
+    if not fw.get("available") or not torch.get("available"):
+        r.skip("triton unavailable: " + str(fw.get("reason") if not fw.get("available")
+                                               else torch.get("reason")))
+        return
+    r.framework = f"triton {fw.get('version')}"
+    run_dir = suite.new_dir("standalone", "triton")
+    cache = suite.new_dir("scratch", "triton-cache")
+    w = suite.py_worker("triton", "triton", "triton_kernels.py", [],
+                        suite.tenant_env(run_dir, memory=QUOTA_TEXT,
+                                         extra={"TRITON_CACHE_DIR": cache}))
+    w.wait_event("ready", d, 180)
+    before = regions.read_usage(run_dir)["gpus"][0]["launches"]
+    done = w.wait_event("done", d, 60)
+    after = regions.read_usage(run_dir)["gpus"][0]["launches"]
+    w.stop()
+    r.details["done"] = _clean(done)
+    r.measure("Triton vector add computes correctly under the shim", "true", done.get("correct"),
+              done.get("correct") is True)
+    r.measure("launches counted by the gate during the Triton loop", f">= {done['launches']}",
+              after - before, after - before >= done["launches"])

@@ -43,7 +43,7 @@ def _run(suite: Suite, r: CheckResult, d: Deadline, node: str) -> None:
                                    "--hold", "--spin-ns", str(SPIN_NS)],
                      suite.tenant_env(x_dir, memory="2Gi", weight=1))
     x1.wait_event("allocated", d, 60)
-    x1.wait_event("progress", d, 30, where=lambda m: m.get("n", 0) > 0)
+    x1.wait_event("progress", d, 15, where=lambda m: m.get("n", 0) > 0)
     t_busy0 = time.monotonic()
     time.sleep(d.cap(settle))
     t_busy1 = time.monotonic()

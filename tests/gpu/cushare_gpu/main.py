@@ -14,7 +14,7 @@ import time
 import traceback
 
 from . import detect, report
-from .checks import CHECKS, select
+from .checks import select
 from .procs import Deadline, TimeUp, WorkerFailed
 from .suite_context import MiB, Suite
 

@@ -12,7 +12,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gpu"))
 
 from cushare_gpu import regions, report, shares  # noqa: E402
-from cushare_gpu.checks import CHECKS, select  # noqa: E402
+from cushare_gpu.checks import CHECKS, memory, select, smi  # noqa: E402
 from cushare_gpu.procs import Deadline, ProcessManager, TimeUp, WorkerFailed  # noqa: E402
 
 
@@ -166,6 +166,48 @@ class ProcessCleanup(unittest.TestCase):
                 w2.wait_event("ready", Deadline(0.5), 10)
             self.assertLess(time.monotonic() - t0, 3)
             pm.cleanup()
+
+
+class FrameworkJudgement(unittest.TestCase):
+    """The verdicts of checks 1-2 from a worker's messages (as a GPU run sends them)."""
+    GiB = 1 << 30
+
+    def _torch(self, held, nvml_bytes, total=4 << 30, oom="OutOfMemoryError"):
+        r = report.CheckResult("1", "t")
+        got = {"mem_get_info_total": total, "oom_type": oom, "expected_oom": "OutOfMemoryError",
+               "oom_message": "CUDA out of memory. Tried to allocate 256.00 MiB", "held": held,
+               "reserved": held}
+        memory.judge_framework(r, got, {"bytes": nvml_bytes, "source": "nvml per-process"})
+        return r.settle()
+
+    def test_torch_within_quota_passes(self):
+        self.assertEqual(self._torch(int(3.5 * self.GiB), int(3.95 * self.GiB)).status, "pass")
+
+    def test_torch_over_quota_or_wrong_total_or_error_type_fails(self):
+        self.assertEqual(self._torch(int(4.2 * self.GiB), int(4.5 * self.GiB)).status, "fail")
+        self.assertEqual(self._torch(int(3.5 * self.GiB), int(4.3 * self.GiB)).status, "fail")
+        self.assertEqual(self._torch(int(3.5 * self.GiB), int(3.9 * self.GiB), total=80 << 30).status,
+                         "fail")
+        self.assertEqual(self._torch(int(3.5 * self.GiB), int(3.9 * self.GiB), oom="RuntimeError").status,
+                         "fail")
+        # Enforced but unusable: a quota that gives half of itself is a failure too.
+        self.assertEqual(self._torch(2 * self.GiB, int(2.3 * self.GiB)).status, "fail")
+
+    def test_jax_pool_sized_from_the_quota(self):
+        def run(limit):
+            r = report.CheckResult("2d", "t")
+            memory.judge_jax(r, {"bytes_limit": limit, "computed": True, "platform": "gpu",
+                                 "oom_type": "XlaRuntimeError", "held": int(2.9 * self.GiB),
+                                 "oom_message": "RESOURCE_EXHAUSTED: Out of memory"},
+                             {"bytes": int(3.6 * self.GiB), "source": "nvml per-process"})
+            return r.settle().status
+        self.assertEqual(run(int(0.75 * 4 * self.GiB)), "pass")
+        self.assertEqual(run(int(0.75 * 141 * self.GiB)), "fail")
+
+    def test_nvidia_smi_table_parsing(self):
+        line = "| N/A   34C    P0   71W /  700W |     612MiB /   4096MiB |      0%      Default |"
+        m = smi._TABLE_MEMORY.search(line)
+        self.assertEqual((m.group(1), m.group(2)), ("612", "4096"))
 
 
 class Registry(unittest.TestCase):

@@ -32,7 +32,7 @@ def _framework_fill(suite: Suite, r: CheckResult, d: Deadline, framework: str, s
     return got, nvml
 
 
-def _judge_framework(r: CheckResult, got, nvml, total_key="mem_get_info_total"):
+def judge_framework(r: CheckResult, got, nvml, total_key="mem_get_info_total"):
     total = got.get(total_key)
     r.measure("reported total memory", f"= quota {gib(QUOTA)}", gib(total), total == QUOTA)
     oom = got.get("oom_type")
@@ -48,7 +48,7 @@ def _judge_framework(r: CheckResult, got, nvml, total_key="mem_get_info_total"):
 def torch_default(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got, nvml = _framework_fill(suite, r, d, "torch", "torch_memory.py")
     if got:
-        _judge_framework(r, got, nvml)
+        judge_framework(r, got, nvml)
         props = got.get("props_total")
         r.measure("torch.cuda.get_device_properties().total_memory", f"= {gib(QUOTA)}",
                   gib(props), None, note="informational (comes from cuDeviceTotalMem_v2)")
@@ -58,26 +58,29 @@ def torch_expandable(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got, nvml = _framework_fill(suite, r, d, "torch", "torch_memory.py",
                                 {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     if got:
-        _judge_framework(r, got, nvml)
+        judge_framework(r, got, nvml)
 
 
 def torch_async(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got, nvml = _framework_fill(suite, r, d, "torch", "torch_memory.py",
                                 {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
     if got:
-        _judge_framework(r, got, nvml)
+        judge_framework(r, got, nvml)
 
 
 def cupy_pool(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got, nvml = _framework_fill(suite, r, d, "cupy", "cupy_memory.py")
     if got:
-        _judge_framework(r, got, nvml)
+        judge_framework(r, got, nvml)
 
 
 def jax_prealloc(suite: Suite, r: CheckResult, d: Deadline) -> None:
     got, nvml = _framework_fill(suite, r, d, "jax", "jax_memory.py")
-    if not got:
-        return
+    if got:
+        judge_jax(r, got, nvml)
+
+
+def judge_jax(r: CheckResult, got, nvml) -> None:
     limit = got.get("bytes_limit")
     r.measure("JAX started and computed on the GPU", "true", got.get("computed"),
               got.get("computed") is True, note=str(got.get("platform")))

@@ -3,7 +3,8 @@ samples run with exactly the returned environment and paths (each container
 path translated to the host path its mount names, since a test cannot bind
 mount): libcushare.so comes from the generated ld.so.preload, the quotas from
 the allocation's `limits` file. The memory quota must be 25 % of the card and
-the GPU time of a capped tenant at most its 25 % share."""
+the GPU time of a capped tenant at most its 25 % share (two scenarios:
+end_to_end_memory, end_to_end_compute)."""
 
 import json
 import os
@@ -26,35 +27,70 @@ def container_process_env(node, resp):
     return run
 
 
-def run_json(cmd, env, timeout=30):
+def run_json(cmd, env, timeout=20):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     assert lines, "%s printed no JSON (rc %d): %s" % (cmd[0], p.returncode, p.stderr[-2000:])
     return p.returncode, json.loads(lines[-1]), p.stderr
 
 
-def scenario(node):
-    node.start("--compute-mode", "capped")
+def allocate_quarter(node, *plugin_args):
+    node.start(*plugin_args)
     k = node.kubelet
     resp = k.allocate(k.choose(25))
-    env = container_process_env(node, resp)
-    samples = node.args.samples_dir
+    return container_process_env(node, resp)
 
-    # Memory: the quota is 25 % of the card, and the view matches it.
-    rc, probe, err = run_json([os.path.join(samples, "alloc_probe"), "--step", "256Mi"], env)
+
+def scenario_memory(node):
+    """Memory: the quota is 25 % of the card, and the view matches it."""
+    env = allocate_quarter(node)
+    probe_cmd = [os.path.join(node.args.samples_dir, "alloc_probe"), "--step", "256Mi"]
+    rc, probe, err = run_json(probe_cmd, env)
     quota = 20 * GI
     assert probe["bytes"] <= quota, "obtained %d bytes over a %d quota" % (probe["bytes"], quota)
     assert probe["bytes"] >= quota - 2 * GI, "obtained only %d of %d" % (probe["bytes"], quota)
     assert probe["before"]["total"] == quota, "cuMemGetInfo total %d" % probe["before"]["total"]
     assert probe["result"] == "CUDA_ERROR_OUT_OF_MEMORY", probe
+    # Without the library the same program sees the whole card: the quota
+    # really came from the allocation.
+    bare = dict(env)
+    del bare["LD_PRELOAD"]
+    rc, probe, err = run_json(probe_cmd + ["--max", str(quota + GI)], bare)
+    assert probe["bytes"] > quota, "without the shim the probe should pass the quota"
 
-    # Compute: a capped tenant alone on the GPU gets at most its share.
+
+def scenario_compute(node):
+    """Compute, with the node daemon as in a real deployment (the DaemonSet
+    runs it next to the plugin): it grants the GPU-time leases."""
+    env = allocate_quarter(node, "--compute-mode", "capped")
+    assert node.args.cushared, "--cushared is required"
+    daemon_log = open(os.path.join(node.tmp, "cushared.log"), "w")
+    daemon = subprocess.Popen([node.args.cushared, "--run-dir", node.run_dir], env=node.env,
+                              stdout=daemon_log, stderr=subprocess.STDOUT)
+    try:
+        check_compute_share(node, env, node.args.samples_dir)
+    except BaseException:
+        with open(os.path.join(node.tmp, "cushared.log")) as f:
+            print("---- cushared log ----\n" + f.read()[-4000:])
+        raise
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+
+
+def check_compute_share(node, env, samples):
+    # Compute: a capped tenant alone on the GPU gets at most its share of the
+    # GPU time that passed (fakegpu's ground truth, device-wide busy time).
+    busy_before = device_busy_ns(node)
     rc, spin, err = run_json([os.path.join(samples, "spin_worker"), "--kernel-us", "2000",
                               "--seconds", "2"], env)
+    busy = device_busy_ns(node) - busy_before
     assert rc == 0 and spin["errors"] == 0, (spin, err[-2000:])
+    share = busy / (spin["seconds"] * 1e9)
+    assert 0.10 <= share <= 0.30, "capped 25 %% tenant used %.1f %% of the GPU" % (100 * share)
+
+
+def device_busy_ns(node):
     stat = subprocess.run([node.args.fakegpu_stat, "--json"], env=node.env, capture_output=True,
                           text=True, check=True)
-    busy = sum(p["busy_ns"] for d in json.loads(stat.stdout)["devices"] for p in d["processes"]
-               if p["pid"] == spin["pid"])
-    share = busy / (spin["seconds"] * 1e9)
-    assert 0.15 <= share <= 0.30, "capped 25 %% tenant used %.1f %% of the GPU" % (100 * share)
+    return json.loads(stat.stdout)["devices"][0]["busy_ns"]

@@ -67,7 +67,11 @@ class Node:
         self.plugin = subprocess.Popen(self.plugin_command(*extra), env=self.env,
                                        stdout=self.log, stderr=subprocess.STDOUT)
         try:
-            self.kubelet.wait_for_registrations(1)
+            deadline = time.monotonic() + 15
+            while not self.kubelet.registrations:
+                assert self.plugin.poll() is None, "the plugin exited with %d" % self.plugin.returncode
+                assert time.monotonic() < deadline, "the plugin did not register"
+                time.sleep(0.05)
             self.kubelet.wait_for_snapshot()
         except AssertionError:
             self.dump_log()
@@ -449,20 +453,27 @@ SCENARIOS = {
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=sorted(SCENARIOS) + ["end_to_end"])
+    p.add_argument("scenario",
+                   choices=sorted(SCENARIOS) + ["end_to_end_memory", "end_to_end_compute"])
     p.add_argument("--plugin", required=True)
     p.add_argument("--proto-dir", required=True)
     p.add_argument("--fakegpu-dir", required=True)
     p.add_argument("--fakegpu-stat")
     p.add_argument("--library")
     p.add_argument("--samples-dir")
+    p.add_argument("--cushared")
     p.add_argument("--preload-prefix", default="")
     args = p.parse_args()
+    for name in ("plugin", "proto_dir", "fakegpu_dir", "fakegpu_stat", "library", "samples_dir",
+                 "cushared"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
     with tempfile.TemporaryDirectory(prefix="cushare-kubelet-") as tmp:
         kl.generate_stubs(args.proto_dir, os.path.join(tmp, "stubs"))
-        if args.scenario == "end_to_end":
+        if args.scenario.startswith("end_to_end_"):
             import end_to_end
-            fn, kwargs = end_to_end.scenario, end_to_end.NODE
+            fn = getattr(end_to_end, "scenario_" + args.scenario[len("end_to_end_"):])
+            kwargs = end_to_end.NODE
         else:
             fn, kwargs = SCENARIOS[args.scenario]
         node = Node(args, tmp, **kwargs)

@@ -2,6 +2,7 @@
 // it submits them in order on the stream (dependencies are not modelled: a
 // graph's kernels never overlap each other).
 #include <algorithm>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -20,11 +21,18 @@ struct GraphNode {
 struct Graph {
   uint32_t magic = 0x6AF00001;
   std::vector<GraphNode*> nodes;
+  int device = -1;                      // physical device of its memory nodes
+  std::map<uint64_t, uint64_t> allocs;  // alloc node address -> bytes (2 MiB granules)
+  uint64_t peak_bytes = 0;              // graph-pool memory a launch needs
+  uint64_t unfreed_bytes = 0;           // allocations the graph does not free itself
 };
 
 struct GraphExec {
   uint32_t magic = 0x6E7E0001;
   std::vector<uint64_t> kernels;  // durations, in order
+  int device = -1;
+  uint64_t peak_bytes = 0;
+  uint64_t unfreed_bytes = 0;
 };
 
 }  // namespace fakegpu
@@ -32,6 +40,35 @@ struct GraphExec {
 namespace {
 
 thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// The device graph memory pool (per process, as in the driver): launches
+// grow it to what they need; it keeps its memory until cuDeviceGraphMemTrim.
+struct GraphPool {
+  uint64_t reserved = 0, used = 0, reserved_high = 0, used_high = 0;
+};
+GraphPool graph_pools[kMaxDevices];
+
+constexpr uint64_t kGraphGranule = 2ull << 20;
+
+CUresult reserve_graph_memory(int device, uint64_t peak, uint64_t unfreed) {
+  Driver& d = driver();
+  uint64_t grow = 0;
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    GraphPool& p = graph_pools[device];
+    if (p.used + peak > p.reserved) grow = p.used + peak - p.reserved;
+  }
+  if (grow) {
+    if (CUresult r = charge_device(device, grow); r != CUDA_SUCCESS) return r;
+  }
+  std::lock_guard<std::mutex> guard(d.mu);
+  GraphPool& p = graph_pools[device];
+  p.reserved += grow;
+  p.used += unfreed;  // allocations left for the program to free
+  p.reserved_high = std::max(p.reserved_high, p.reserved);
+  p.used_high = std::max(p.used_high, p.used + peak - unfreed);
+  return CUDA_SUCCESS;
+}
 std::atomic<uint64_t> next_capture_id{1};
 
 Graph* as_graph(CUgraph g) {
@@ -106,6 +143,9 @@ CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
   Graph* g = as_graph(hGraph);
   if (phGraphExec == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* exec = new GraphExec();
+  exec->device = g->device;
+  exec->peak_bytes = g->peak_bytes;
+  exec->unfreed_bytes = g->unfreed_bytes;
   for (GraphNode* n : g->nodes) {
     if (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
         n->type == CU_GRAPH_NODE_TYPE_MEMSET) {
@@ -122,6 +162,12 @@ CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (exec->peak_bytes && s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (CUresult r = reserve_graph_memory(exec->device, exec->peak_bytes, exec->unfreed_bytes);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
   for (uint64_t ns : exec->kernels) {
     CUresult r = s->capture != CU_STREAM_CAPTURE_STATUS_NONE ? capture_kernel(s, ns)
                                                              : submit(s, ItemKind::kernel, ns);
@@ -144,6 +190,49 @@ namespace fakegpu {
 CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
   add_node(s->graph, CU_GRAPH_NODE_TYPE_KERNEL, duration_ns);
   return CUDA_SUCCESS;
+}
+
+CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  Graph* g = s->graph;
+  if (g->device >= 0 && g->device != s->ctx->device) return CUDA_ERROR_NOT_SUPPORTED;
+  g->device = s->ctx->device;
+  const uint64_t granules = (bytes + kGraphGranule - 1) / kGraphGranule * kGraphGranule;
+  const uint64_t base = va_alloc(granules, kGraphGranule);
+  if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  Region r;
+  r.size = granules;
+  r.kind = RegionKind::graph;
+  r.device = g->device;
+  r.backing = std::make_shared<Backing>();
+  r.backing->size = granules;
+  d.regions[base] = std::move(r);
+  g->allocs[base] = granules;
+  g->peak_bytes += granules;
+  g->unfreed_bytes += granules;
+  add_node(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0);
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_free(Stream* s, uint64_t ptr) {
+  std::lock_guard<std::mutex> guard(driver().mu);
+  Graph* g = s->graph;
+  auto it = g->allocs.find(ptr);
+  if (it != g->allocs.end()) {
+    g->unfreed_bytes -= std::min(g->unfreed_bytes, it->second);
+    g->allocs.erase(it);
+  }
+  add_node(g, CU_GRAPH_NODE_TYPE_MEM_FREE, 0);
+  return CUDA_SUCCESS;
+}
+
+void graph_memory_freed(int device, uint64_t bytes) {
+  std::lock_guard<std::mutex> guard(driver().mu);
+  GraphPool& p = graph_pools[device];
+  p.used -= std::min(p.used, bytes);
 }
 
 CUresult capture_event_record(Stream* s, Event* e) {
@@ -329,4 +418,65 @@ FAKEGPU_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
 }
 FAKEGPU_API CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   return graph_upload(hGraphExec, hStream);
+}
+
+// ---- the device graph memory pool ----
+
+FAKEGPU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                  void* value) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  const GraphPool& p = graph_pools[physical(device)];
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      *out = p.used;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      *out = p.used_high;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *out = p.reserved;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *out = p.reserved_high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FAKEGPU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                  void* value) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr || *static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  GraphPool& p = graph_pools[physical(device)];
+  if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH) {
+    p.used_high = p.used;
+  } else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
+    p.reserved_high = p.reserved;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKEGPU_API CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
+  // Memory not backing live graph allocations goes back to the device
+  // (the caller must have synchronised with running graphs, as documented).
+  uint64_t give = 0;
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    GraphPool& p = graph_pools[physical(device)];
+    give = p.reserved - std::min(p.reserved, p.used);
+    p.reserved -= give;
+  }
+  if (give) uncharge_device(physical(device), give);
+  return CUDA_SUCCESS;
 }

@@ -74,6 +74,7 @@ CUresult free_region(uint64_t base, std::initializer_list<RegionKind> kinds) {
   if (victim.mapped_host && victim.backing && victim.backing->host)
     munmap(victim.backing->host, victim.size);
   if (victim.charged) uncharge_device(victim.device, victim.charged);
+  if (victim.kind == RegionKind::graph) graph_memory_freed(victim.device, victim.size);
   return CUDA_SUCCESS;
 }
 
@@ -301,8 +302,8 @@ FAKEGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   // cuMemFree synchronises the device like the real driver's implicit sync.
   if (Context* c = current_context(); c && c->magic == kContextMagic)
     wait_for(c, c->last_seq.load());
-  return free_region(
-      dptr, {RegionKind::device, RegionKind::pitch, RegionKind::managed, RegionKind::async});
+  return free_region(dptr, {RegionKind::device, RegionKind::pitch, RegionKind::managed,
+                            RegionKind::async, RegionKind::graph});
 }
 
 FAKEGPU_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
@@ -727,41 +728,5 @@ FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQ
   *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
   req->size = m->bytes;
   req->alignment = 2ull << 20;
-  return CUDA_SUCCESS;
-}
-
-// ---- graph memory: graph allocation nodes are not modelled, so the graph pool stays empty ----
-
-FAKEGPU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
-                                                  void* value) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = 0;
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-
-FAKEGPU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
-                                                  void* value) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
-  if (value == nullptr ||
-      (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  return *static_cast<cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-FAKEGPU_API CUresult cuDeviceGraphMemTrim(CUdevice device) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (!valid_ordinal(device)) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;
 }

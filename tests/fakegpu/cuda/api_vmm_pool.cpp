@@ -117,7 +117,7 @@ CUresult alloc_from(Pool* pool, CUdeviceptr* dptr, size_t bytesize, CUstream hSt
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_alloc(s, bytesize, dptr);
   Driver& d = driver();
   const uint64_t size = round_up(bytesize, 512);
   uint64_t grow = 0;
@@ -177,14 +177,19 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
-  uint64_t uncharge_bytes = 0;
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_free(s, dptr);  // a free node
+  uint64_t uncharge_bytes = 0, graph_bytes = 0;
   int device = 0;
   {
     std::lock_guard<std::mutex> guard(d.mu);
     auto it = d.regions.find(dptr);
     if (it == d.regions.end()) return CUDA_ERROR_INVALID_VALUE;
-    Region& r = it->second;
-    if (r.kind == RegionKind::async) {
+        Region& r = it->second;
+
+    if (r.kind == RegionKind::graph) {
+      graph_bytes = r.size;
+      device = r.device;
+    } else if (r.kind == RegionKind::async) {
       auto* pool = static_cast<Pool*>(r.pool);
       pool->used -= std::min(pool->used, round_up(r.size, 512));
     } else if (r.kind == RegionKind::device || r.kind == RegionKind::pitch) {
@@ -197,6 +202,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
     d.regions.erase(it);
   }
   if (uncharge_bytes) uncharge_device(device, uncharge_bytes);
+  if (graph_bytes) graph_memory_freed(device, graph_bytes);
   return CUDA_SUCCESS;
 }
 

@@ -92,7 +92,7 @@ struct Backing {
   bool unbacked = false;  // beyond the backing budget: writes vanish, reads give zeros
 };
 
-enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc };
+enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc, graph };
 
 struct Region {
   uint64_t size = 0;
@@ -202,5 +202,11 @@ void trim_pools_after_sync();
 // Capture: records a kernel of `duration_ns` into the stream's graph.
 CUresult capture_kernel(Stream* s, uint64_t duration_ns);
 CUresult capture_event_record(Stream* s, Event* e);
+// Graph memory: stream-ordered allocation under capture becomes an alloc node
+// (address assigned now, memory from the device's graph pool at launch).
+CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out);
+CUresult capture_free(Stream* s, uint64_t ptr);
+// A graph allocation freed outside its graph (cuMemFree/cuMemFreeAsync).
+void graph_memory_freed(int device, uint64_t bytes);
 
 }  // namespace fakegpu

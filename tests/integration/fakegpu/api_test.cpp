@@ -140,7 +140,8 @@ TEST_F(Api, ProcAddressPicksTheAbiForTheRequestedVersionAndFlags) {
   }
   void* fn = nullptr;
   // cuda.h maps cuGetProcAddress to _v2; the 4-argument export is still there.
-  auto v1 = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t)>(exported("cuGetProcAddress"));
+  auto v1 = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t)>(
+      exported("cuGetProcAddress"));
   ASSERT_NE(v1, nullptr);
   ASSERT_EQ(v1("cuMemGetInfo", &fn, 12000, 0), CUDA_SUCCESS);
   EXPECT_EQ(fn, exported("cuMemGetInfo_v2"));
@@ -249,6 +250,51 @@ TEST_F(Api, GraphsCaptureAndReplayKernels) {
   ASSERT_EQ(cuEventRecord(b, s), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_NEAR(elapsed_ms(a, b), 6.0, 0.3);
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(graph);
+  cuStreamDestroy(s);
+}
+
+TEST_F(Api, GraphMemoryComesFromTheDeviceGraphPool) {
+  size_t free0, total;
+  ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);
+  auto used_since = [&] {
+    size_t f, t;
+    EXPECT_EQ(cuMemGetInfo(&f, &t), CUDA_SUCCESS);
+    return free0 - f;
+  };
+  auto attr = [](CUgraphMem_attribute a) {
+    cuuint64_t v = 99;
+    EXPECT_EQ(cuDeviceGetGraphMemAttribute(0, a, &v), CUDA_SUCCESS);
+    return v;
+  };
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr p = 0, kept = 0;
+  ASSERT_EQ(cuMemAllocAsync(&p, 3 << 20, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8Async(p, 1, 3 << 20, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocAsync(&kept, 1 << 20, s), CUDA_SUCCESS);  // not freed by the graph
+  CUgraph graph;
+  ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
+  CUgraphExec exec;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);  // nothing until the first launch
+  EXPECT_EQ(attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 0u);
+  ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 6u << 20);  // 4 MiB + 2 MiB granules
+  EXPECT_EQ(attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 2u << 20);      // the allocation left live
+  EXPECT_EQ(used_since(), 6u << 20);
+  ASSERT_EQ(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 2u << 20);  // trimming keeps live graph allocations
+  ASSERT_EQ(cuMemFreeAsync(kept, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 0u);
+  ASSERT_EQ(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+  EXPECT_EQ(used_since(), 0u);
+  EXPECT_EQ(attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 0u);
   cuGraphExecDestroy(exec);
   cuGraphDestroy(graph);
   cuStreamDestroy(s);

@@ -322,6 +322,19 @@ def scenario_packing(node, spread=False):
     limits = read_limits(os.path.join(node.run_dir, "alloc",
                                       resp.annotations["cushare.io/alloc-id"], "limits"))
     assert [g["compute"] for g in limits["gpus"]] == [per[a], per[b]], limits
+    # Without GetPreferredAllocation the kubelet picks IDs anywhere: units
+    # spread over both GPUs still get exact per-GPU quotas.
+    k3 = kl.TestKubelet(node.plugin_dir)
+    k3.options, k3.stub, k3.snapshots = k.options, k.stub, k.snapshots
+    ids = [a + "::%d" % n for n in range(90, 97)] + [b + "::%d" % n for n in range(3)]
+    resp = k3.allocate(ids)
+    limits = read_limits(os.path.join(node.run_dir, "alloc",
+                                      resp.annotations["cushare.io/alloc-id"], "limits"))
+    assert [(g["uuid"], g["compute"], g["memory"]) for g in limits["gpus"]] == \
+        [(a, 7, 80 * GI * 7 // 100), (b, 3, 80 * GI * 3 // 100)], limits
+    assert resp.envs["CUSHARE_COMPUTE_LIMIT_" + b] == "3", resp.envs
+    random_ids = k3.choose(30, use_preferred=False)
+    assert len(k3.allocate(random_ids).envs["NVIDIA_VISIBLE_DEVICES"]) > 0
 
 
 def scenario_spread(node):

@@ -124,7 +124,12 @@ class Harness:
         return Usage(os.path.join(self.run_dir, "usage"))
 
     def truth(self):
-        out = subprocess.run([self.a.stat, "--json"], env=self.env({"LD_PRELOAD": None}),
+        return self.run_stat({})
+
+    def run_stat(self, extra):
+        e = dict(extra)
+        e["LD_PRELOAD"] = None
+        out = subprocess.run([self.a.stat, "--json"], env=self.env(e),
                              capture_output=True, text=True, timeout=30)
         check(out.returncode == 0, f"fakegpu-stat failed: {out.stderr}")
         return json.loads(out.stdout)
@@ -407,6 +412,39 @@ def case_nvml(h):
     check(out["pids"] == [out["self"]], f"process list {out['pids']} != [self]")
 
 
+def case_path_mipmap(h):
+    """Mipmapped arrays: charged (driver's requirement), refused at the quota, returned."""
+    out, _ = h.probe("--mode", "mipmap", extra=QUOTA)
+    check(out["result"] == "CUDA_ERROR_OUT_OF_MEMORY", f"mipmap: result {out['result']}")
+    charged = out["free_before"] - out["free_full"]
+    check(out["arrays"] >= 1 and charged >= out["arrays"] * GI,
+          f"mipmap: {out['arrays']} arrays charged only {charged}")
+    check(out["free_after_free"] == out["free_before"], "mipmap: destroy did not return the quota")
+    check(h.usage().used() == 0, "mipmap: ledger not back to zero")
+
+
+def case_visible_devices(h):
+    """CUDA_VISIBLE_DEVICES by index, UUID, prefix and reordering: quotas follow the UUID."""
+    two = {"FAKEGPU_DEVICES": "A100:40Gi:108;H100:80Gi:132"}
+    uuids = [d["uuid"] for d in h.run_stat(two)["devices"]]
+    check(len(uuids) == 2, f"fakegpu devices: {uuids}")
+    # The first process sees both GPUs and writes per-UUID quotas.
+    first = dict(two)
+    first.update({f"CUSHARE_MEMORY_LIMIT_{uuids[0]}": "6Gi", f"CUSHARE_MEMORY_LIMIT_{uuids[1]}": "2Gi"})
+    h.alloc_probe("--max", "256Mi", extra=first)
+    for visible in ("1", uuids[1], uuids[1][:8], f"1,0"):
+        extra = dict(two)
+        extra["CUDA_VISIBLE_DEVICES"] = visible
+        out, _ = h.alloc_probe("--step", "256Mi", extra=extra)
+        check(out["before"]["total"] == 2 * GI,
+              f"CUDA_VISIBLE_DEVICES={visible}: ordinal 0 total {out['before']['total']} != 2Gi")
+        check_fill(h, out, 2 * GI, 256 * MI, f"CUDA_VISIBLE_DEVICES={visible}")
+    extra = dict(two)
+    extra["CUDA_VISIBLE_DEVICES"] = "1,0"
+    out, _ = h.alloc_probe("--device", "1", "--step", "1Gi", "--max", "1Gi", extra=extra)
+    check(out["before"]["total"] == 6 * GI, f"reordered ordinal 1 total {out['before']['total']}")
+
+
 CASES = {
     "alloc_probe_4gi": case_alloc_probe_4gi,
     "path_pitch": make_api_case("pitch"),
@@ -430,6 +468,8 @@ CASES = {
     "threads": case_threads,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
+    "visible_devices": case_visible_devices,
+    "path_mipmap": case_path_mipmap,
 }
 
 

@@ -279,6 +279,46 @@ int mode_fork(const Api& a, std::uint64_t step, unsigned children) {
   return 0;
 }
 
+// Mipmapped arrays (reached through dlsym): charged with the driver's own
+// memory requirement, refused at the quota, returned at destroy.
+int mode_mipmap(const Api& a) {
+  CUdevice dev;
+  if (!start(a, dev)) return 0;
+  CUresult (*create)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
+  CUresult (*destroy)(CUmipmappedArray);
+  by_dlsym(create, "cuMipmappedArrayCreate");
+  by_dlsym(destroy, "cuMipmappedArrayDestroy");
+  size_t free0 = 0, total = 0;
+  expect(a.MemGetInfo(&free0, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  d.Width = 8192;
+  d.Height = 8192;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 4;  // 1 GiB base level
+  std::vector<CUmipmappedArray> held;
+  CUresult last = CUDA_SUCCESS;
+  for (;;) {
+    CUmipmappedArray m = nullptr;
+    last = create(&m, &d, 4);
+    if (last != CUDA_SUCCESS) break;
+    held.push_back(m);
+  }
+  size_t free1 = 0;
+  expect(a.MemGetInfo(&free1, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
+  for (auto m : held) expect(destroy(m) == CUDA_SUCCESS, "cuMipmappedArrayDestroy");
+  size_t free2 = 0;
+  expect(a.MemGetInfo(&free2, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
+  std::printf("%s\n", json{{"arrays", held.size()},
+                           {"result", name_of(a, last)},
+                           {"total", total},
+                           {"free_before", free0},
+                           {"free_full", free1},
+                           {"free_after_free", free2}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
 int mode_resolver() {
   void* h = open_libcuda();
   GetProcV2 gpa2 = reinterpret_cast<GetProcV2>(dlsym(h, "cuGetProcAddress_v2"));
@@ -409,7 +449,7 @@ int main(int argc, char** argv) {
   double seconds = 1.0, start_at = 0;
   CLI::App app{"Drive libcushare.so through dlsym and cuGetProcAddress"};
   app.add_option("--mode", mode)
-      ->check(CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml"}));
+      ->check(CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap"}));
   app.add_option("--resolve", res.how, "dlsym | procaddr | procaddr4")
       ->check(CLI::IsMember({"dlsym", "procaddr", "procaddr4"}));
   app.add_option("--version", res.version, "cudaVersion for cuGetProcAddress");
@@ -430,5 +470,6 @@ int main(int argc, char** argv) {
   if (mode == "fill") return mode_fill(a, step, max);
   if (mode == "race") return mode_race(a, threads, seconds, max_step, seed, start_at);
   if (mode == "fork") return mode_fork(a, step, children);
+  if (mode == "mipmap") return mode_mipmap(a);
   return mode_nvml(a);
 }

@@ -47,8 +47,10 @@ elapsed() { echo $(($(date +%s) - t_start)); }
 
 # --- cleanup: whatever happens, nothing we started survives ------------------
 orchestrator=""
+builder=""
 cleanup() {
   local pid
+  [ -n "$builder" ] && kill -TERM -- "-$builder" 2>/dev/null
   if [ -n "$orchestrator" ] && kill -0 "$orchestrator" 2>/dev/null; then
     kill -TERM -- "-$orchestrator" 2>/dev/null
     for _ in $(seq 1 100); do kill -0 "$orchestrator" 2>/dev/null || break; sleep 0.2; done
@@ -113,11 +115,36 @@ else
     [ -n "$pkgs" ] && [ "$pkgs" != "?" ] && problems+=" Debian packages not installed: $pkgs;"
     [ -f "$cuda_h" ] || problems+=" CUDA headers missing ($cuda_h; set CUDA_HOME);"
     build_budget=$((limit / 2))
-    if [ ${#tools_missing[@]} -eq 0 ] &&
-      timeout "$build_budget" cmake -S "$repo" -B "$build" "${generator[@]}" \
-        -DCMAKE_BUILD_TYPE=Release ${CUDA_HOME:+-DCUDA_HOME=$CUDA_HOME} >"$out/build.log" 2>&1 &&
-      timeout $((build_budget - $(elapsed))) cmake --build "$build" -j "$(nproc)" \
-        --target cushare cushared cushare-gpu-probe >>"$out/build.log" 2>&1; then
+    # An existing build folder keeps its configuration; a fresh one is Release.
+    configure=(-DCMAKE_BUILD_TYPE=Release)
+    if [ -f "$build/CMakeCache.txt" ]; then configure=(); generator=(); fi
+    build_rc=1
+    if [ ${#tools_missing[@]} -eq 0 ]; then
+      # In its own process group and waited for in the background, so that a
+      # signal stops the build at once (the trap kills the group).
+      # cushared is optional: without it the daemon checks are skipped.
+      # The build runs in its own process group (no `timeout` inside: it would
+      # make groups of its own), bounded from here, and the trap kills the
+      # whole group, so a signal or the time limit stops it at once.
+      setsid bash -c 'cmake -S "$1" -B "$2" "${@:4}" &&
+        cmake --build "$2" -j "$3" --target cushare cushare-gpu-probe &&
+        { cmake --build "$2" -j "$3" --target cushared ||
+          echo "run.sh: cushared not built; the checks that need the daemon are skipped"; }' \
+        _ "$repo" "$build" "$(nproc)" "${generator[@]}" "${configure[@]}" \
+        ${CUDA_HOME:+-DCUDA_HOME=$CUDA_HOME} >"$out/build.log" 2>&1 &
+      builder=$!
+      while kill -0 "$builder" 2>/dev/null && [ "$(elapsed)" -lt "$build_budget" ]; do
+        sleep 0.5
+      done
+      if kill -0 "$builder" 2>/dev/null; then
+        echo "run.sh: the build took over $build_budget s, stopped" >>"$out/build.log"
+        kill -TERM -- "-$builder" 2>/dev/null
+      fi
+      wait "$builder"
+      build_rc=$?
+      builder=""
+    fi
+    if [ "$build_rc" -eq 0 ]; then
       build_info="built here in $(elapsed) s: $build"
     else
       tail_msg=$(grep -m3 -E "Error|error:|Could not find|not found" "$out/build.log" 2>/dev/null | tr '\n' ' ' | cut -c1-400)

@@ -131,11 +131,13 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
                 achieved = None if rate is None or not solo.get(t.kind) else rate / solo[t.kind]
                 target = targets[t.key]
                 err = shares.error_points(achieved, target)
+                # No progress in the window is a stalled tenant: a failure.
                 r.measure(f"{label}: tenant {t.key} ({t.kind}) share from throughput",
                           f"{target:.0%} ± {SHARE_TOLERANCE_POINTS:.0f} points",
                           None if achieved is None else round(achieved * 100, 2),
-                          shares.within(achieved, target, SHARE_TOLERANCE_POINTS), unit="%",
-                          note=f"error {err} points")
+                          bool(shares.within(achieved, target, SHARE_TOLERANCE_POINTS)), unit="%",
+                          note=f"error {err} points" if achieved is not None else
+                          "no progress in the window (stalled?)")
                 if sampler is not None:
                     util = sampler.mean_percent(w.pid)
                     r.measure(f"{label}: tenant {t.key} NVML SM utilisation", f"{target:.0%}",

@@ -79,9 +79,9 @@ def finish(proc, timeout=30):
 
 # ---------------------------------------------------------------- scenarios
 
-def two_processes_share(env, kernels=("500", "500")):
+def two_processes_share(env, workers=(["--kernel-us", "500"], ["--kernel-us", "500"])):
     """Two busy contexts on one device: 50 % +- 3 each, device >= 97 % busy."""
-    a, b = [spawn([ARGS.spin_worker, "--kernel-us", k, "--seconds", "4"], env) for k in kernels]
+    a, b = [spawn([ARGS.spin_worker, "--seconds", "4"] + w, env) for w in workers]
     wait_until(lambda: all(proc_busy(stat(env), p.pid) > 0 for p in (a, b)), 10, "both workers to run")
     first = stat(env)
     time.sleep(2.5)
@@ -103,7 +103,9 @@ def two_processes_share(env, kernels=("500", "500")):
 
 def unequal_kernels_share(env):
     """Time slicing preempts long kernels: 200 us vs 20 ms kernels still split 50/50."""
-    two_processes_share(env, kernels=("200", "20000"))
+    # The 20 ms worker keeps 16 kernels (320 ms) queued so that it drains quickly at the end
+    # (a full 1024-deep queue of 20 ms kernels would take 20 s to drain).
+    two_processes_share(env, workers=(["--kernel-us", "200"], ["--kernel-us", "20000", "--inflight", "16"]))
 
 
 def lone_process_busy(env):

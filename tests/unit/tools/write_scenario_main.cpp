@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
     const std::uint64_t now = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
     for (const auto& id : cushare::tools::list_allocation_ids(argv[1])) {
       try {
-        cushare::tools::LimitsFile f =
-            cushare::tools::open_limits(cushare::tools::allocation_dir(argv[1], id) + "/limits", true);
+        cushare::tools::LimitsFile f = cushare::tools::open_limits(
+            cushare::tools::allocation_dir(argv[1], id) + "/limits", true);
         f.mapping.mutable_region().daemon_heartbeat_ns.store(now);
       } catch (const std::exception&) {  // the future-version allocation stays as it is
       }

@@ -140,6 +140,7 @@ void LeaseScheduler::end_lease(std::uint64_t now) {
     if (it->tenant == *holder_ && it->end_ns == 0) {
       it->end_ns = std::max(now, it->start_ns);
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
+      it->expected_at_end_ns = tenants_.at(*holder_).signals.expected_drain_ns;
       break;
     }
   }
@@ -211,6 +212,33 @@ bool LeaseScheduler::still_first_at_expiry(std::uint64_t now) const {
   return true;
 }
 
+// Time until which the grant to `next` waits for the former holder's queued
+// work (0: grant now).
+std::uint64_t LeaseScheduler::handoff_deferral(TenantId next, std::uint64_t now) const {
+  // Any former holder (not only the last one: a tenant re-granted while its
+  // earlier work still ran has several leases in the records) whose work is
+  // still running: grant when its drain is seen (within the drain bound),
+  // not on an estimate. Overlapping its queue with the next holder's work
+  // would make the two share the GPU for a while, and that time could not be
+  // attributed exactly. Until then poll quickly: the GPU is busy with the
+  // old work, the wait costs only the observation latency.
+  std::uint64_t defer = 0;
+  for (const LeaseRecord& r : records_) {
+    if (r.tenant == next || r.end_ns == 0 || r.drained_at_ns) continue;
+    if (now >= r.end_ns + config_.drain_bound_ns) continue;
+    auto it = tenants_.find(r.tenant);
+    if (it == tenants_.end() || it->second.removed) continue;
+    const TenantSignals& s = it->second.signals;
+    if (s.drained_ns >= s.last_submit_ns || s.drained_ns >= r.submit_mark_ns) continue;
+    const std::uint64_t expected = std::min(s.expected_drain_ns, r.end_ns + config_.drain_bound_ns);
+    const std::uint64_t until = expected > now + config_.handoff_lead_ns
+                                    ? expected - config_.handoff_lead_ns
+                                    : now + config_.drain_poll_ns;
+    defer = std::max(defer, until);
+  }
+  return defer;
+}
+
 LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   LeaseDecision d;
   if (first_step_ns_ == 0) first_step_ns_ = now;
@@ -254,8 +282,12 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
       }
     }
   }
+  std::uint64_t deferred_until = 0;
   if (!holder_) {
-    if (auto next = choose(now)) grant(*next, now);
+    if (auto next = choose(now)) {
+      deferred_until = handoff_deferral(*next, now);
+      if (deferred_until == 0) grant(*next, now);
+    }
   }
 
   refresh_shares(now);
@@ -265,6 +297,7 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   d.changed = holder_ != before || expiry_ns_ != expiry_before;
   if (before && before != holder_) d.revoked = before;
   d.next_step_ns = next_deadline(now);
+  if (deferred_until != 0) d.next_step_ns = std::min(d.next_step_ns, deferred_until);
   published_holder_ = holder_;
   published_expiry_ns_ = expiry_ns_;
   return d;

@@ -44,6 +44,13 @@ struct SchedulerConfig {
   // this much; idle time beyond it is not banked. Bound: in any interval T a
   // capped tenant is charged at most limit x (T + cap_bank) + one quantum.
   std::uint64_t cap_bank_ns = 30'000'000;
+  // A new holder is granted only once the former holder's queued work is
+  // seen drained (or the drain bound passed): its work would otherwise share
+  // the GPU with the overrun. The daemon starts polling for the drain this
+  // long before the former holder's expected end.
+  std::uint64_t handoff_lead_ns = 100'000;
+  // How often to look for the drain while a hand-off waits for it.
+  std::uint64_t drain_poll_ns = 100'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -52,9 +59,10 @@ struct SchedulerConfig {
 
 // What the daemon reads from a tenant's usage region on every step.
 struct TenantSignals {
-  std::uint32_t waiting = 0;         // threads blocked at the launch gate
-  std::uint64_t last_submit_ns = 0;  // CLOCK_MONOTONIC of its last submission
-  std::uint64_t drained_ns = 0;      // all work submitted up to here completed
+  std::uint32_t waiting = 0;            // threads blocked at the launch gate
+  std::uint64_t last_submit_ns = 0;     // CLOCK_MONOTONIC of its last submission
+  std::uint64_t drained_ns = 0;         // all work submitted up to here completed
+  std::uint64_t expected_drain_ns = 0;  // when its submitted work should be done (estimate)
 };
 
 struct TenantStats {
@@ -115,6 +123,7 @@ class LeaseScheduler {
     std::uint64_t start_ns;
     std::uint64_t end_ns = 0;                    // 0 while held
     std::uint64_t submit_mark_ns = 0;            // tenant's last submission when the lease ended
+    std::uint64_t expected_at_end_ns = 0;        // its expected_drain_ns when the lease ended
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
   };
 
@@ -126,6 +135,7 @@ class LeaseScheduler {
   bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;
   std::optional<TenantId> choose(std::uint64_t now);
   bool still_first_at_expiry(std::uint64_t now) const;
+  std::uint64_t handoff_deferral(TenantId next, std::uint64_t now) const;
   void refresh_shares(std::uint64_t now);
   std::uint64_t next_deadline(std::uint64_t now) const;
 

@@ -1,13 +1,189 @@
-// Placeholder launch gate: lets every launch through until the lease-based
-// gate lands (issue 5). Keeps the agreed interface so the shim links.
+// The launch gate (docs/scheduler.md, "Launch gate").
+//
+// Fast path, taken while this allocation holds the lease of the GPU and its
+// queued work is short: a few relaxed atomic loads and one vDSO clock read,
+// no lock, no syscall. Otherwise the slow path waits: for the queued work to
+// drain a little (so that no process stacks up work that would run far past
+// its lease), or for a lease (publishing demand and sleeping on the shared
+// lease futex of the limits region), or, without a live daemon, for the next
+// window of the local duty cycle of a capped allocation.
 #include "shim/launch_gate.hpp"
 
-namespace cushare::shim {
+#include <pthread.h>
 
-CUresult launch_gate_enter(CUstream /*stream*/) noexcept {
+#include <algorithm>
+#include <mutex>
+
+#include "shim/allocation_state.hpp"
+#include "shim/launch_gate_tracker.hpp"
+
+namespace cushare::shim {
+namespace {
+
+using gate::monotonic_now_ns;
+
+// Queued work a process may keep ahead of the GPU, measured as the age of
+// the oldest launch not known complete. Enough to ride out short CPU stalls;
+// small enough that the work stops close to the lease's end.
+constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
+// A daemon whose heartbeat is older than this is gone: leases are no longer
+// handed out, so capped allocations fall back to a local duty cycle.
+constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
+// How long a waiter sleeps on the lease futex before it looks at the
+// heartbeat again.
+constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
+constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
+
+struct ThreadGate {
+  unsigned gpu = kNoGpu;  // GPU of the launch between enter and exit
+  std::uint64_t now = 0;  // clock read at enter
+};
+thread_local ThreadGate t_gate;
+
+std::once_flag g_fork_once;
+
+unsigned gpu_of_launch(const AllocationState& st) noexcept {
+  // One visible device (the usual container) needs no driver call.
+  if (st.device_count == 1) return st.gpu_of_device[0];
+  return current_gpu_index(st);
+}
+
+// Whether a launch may go now while holding a lease that expires at `expiry`.
+bool queue_allows(std::uint64_t now, std::uint64_t expiry, const gate::GpuTracker& tr) noexcept {
+  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
+  if (queued == 0) return true;  // nothing in flight: one launch always may go
+  // Work launched now starts after what is queued: keep it inside the lease.
+  return queued <= kQueueHorizonNs && now + queued < expiry;
+}
+
+// How much of the queue must run before queue_allows() can say yes.
+std::uint64_t excess(std::uint64_t now, std::uint64_t expiry, const gate::GpuTracker& tr) noexcept {
+  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
+  std::uint64_t need = queued > kQueueHorizonNs ? queued - kQueueHorizonNs : 0;
+  if (now + queued >= expiry) need = std::max(need, now + queued - expiry + 1);
+  return need;
+}
+
+// Local duty cycle without a daemon: a capped allocation may submit during
+// the first limit% of every period (all processes share the phase, since it
+// derives from CLOCK_MONOTONIC). Returns 0 when allowed now, else the time
+// to sleep.
+std::uint64_t duty_cycle_wait(const shm::LimitsRegion& limits, unsigned gpu,
+                              std::uint64_t now) noexcept {
+  const auto& g = limits.gpus[gpu];
+  if (static_cast<shm::ComputeMode>(g.mode.load(std::memory_order_relaxed)) !=
+      shm::ComputeMode::kCapped) {
+    return 0;  // burst: runs free when nobody arbitrates
+  }
+  std::uint64_t quantum = limits.quantum_ns.load(std::memory_order_relaxed);
+  if (quantum == 0) quantum = kDefaultQuantumNs;
+  const std::uint64_t period = 10 * quantum;
+  const std::uint32_t pct = std::clamp<std::uint32_t>(g.compute_limit_pct.load(), 1, 100);
+  const std::uint64_t on = period * pct / 100;
+  const std::uint64_t phase = now % period;
+  if (phase + kQueueHorizonNs / 2 < on) return 0;
+  return period - phase;
+}
+
+bool daemon_alive(const shm::LimitsRegion& limits, std::uint64_t now) noexcept {
+  const std::uint64_t hb = limits.daemon_heartbeat_ns.load(std::memory_order_acquire);
+  return hb != 0 && now < hb + kHeartbeatStaleNs;
+}
+
+void sleep_ns(std::uint64_t ns) noexcept {
+  timespec ts{.tv_sec = static_cast<time_t>(ns / 1'000'000'000),
+              .tv_nsec = static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {
+  std::call_once(g_fork_once,
+                 [] { pthread_atfork(nullptr, nullptr, gate::reset_trackers_after_fork); });
+  const shm::LimitsRegion& limits = *st.limits;
+  const shm::GpuLimits& gl = limits.gpus[gpu];
+  shm::GpuUsage& gu = st.usage->gpus[gpu];
+  gate::GpuTracker& tr = gate::tracker(gpu);
+  const std::uint64_t start = monotonic_now_ns();
+  bool demanding = false;
+  bool throttled = false;
+  for (;;) {
+    const std::uint64_t now = monotonic_now_ns();
+    std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
+    if (!daemon_alive(limits, now)) {
+      // No arbitration: limits stay in force locally (capped), burst runs.
+      const std::uint64_t wait = duty_cycle_wait(limits, gpu, now);
+      if (wait == 0) {
+        expiry = now + kQueueHorizonNs * 4;  // pace the queue as under a lease
+        if (queue_allows(now, expiry, tr)) break;
+        tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
+        continue;
+      }
+      throttled = true;
+      sleep_ns(std::min(wait, kLeaseWaitSliceNs));
+      continue;
+    }
+    if (now < expiry) {
+      if (queue_allows(now, expiry, tr)) break;
+      // Holding the lease, but enough is queued: let some of it finish.
+      tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
+      continue;
+    }
+    // No lease: ask for one and sleep until the daemon grants or revokes.
+    const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
+    if (!demanding) {
+      demanding = true;
+      throttled = true;
+      gu.demand.fetch_add(1, std::memory_order_acq_rel);
+      gu.doorbell.fetch_add(1, std::memory_order_release);
+    }
+    if (now < gl.lease_expiry_ns.load(std::memory_order_acquire)) continue;  // granted meanwhile
+    gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);
+  }
+  if (demanding) gu.demand.fetch_sub(1, std::memory_order_acq_rel);
+  if (throttled) {
+    gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
+    gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);
+  }
+  t_gate.now = monotonic_now_ns();
   return CUDA_SUCCESS;
 }
 
-void launch_gate_exit(CUstream /*stream*/, CUresult /*launch_result*/) noexcept {}
+}  // namespace
+
+CUresult launch_gate_enter(CUstream stream) noexcept {
+  t_gate.gpu = kNoGpu;
+  const AllocationState* st = allocation_state();
+  if (!st) [[unlikely]] {
+    // Not initialised yet (the launch will fail or initialise), disabled, or
+    // failed: the hooks forward; quotas of a failed shim are refused elsewhere.
+    return CUDA_SUCCESS;
+  }
+  const unsigned gpu = gpu_of_launch(*st);
+  if (gpu >= shm::kMaxGpus) return CUDA_SUCCESS;  // a device outside the allocation
+  t_gate.gpu = gpu;
+  const std::uint64_t now = monotonic_now_ns();
+  t_gate.now = now;
+  const std::uint64_t expiry =
+      st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  if (now < expiry && queue_allows(now, expiry, gate::tracker(gpu))) [[likely]] {
+    return CUDA_SUCCESS;
+  }
+  return slow_path(*st, gpu, stream);
+}
+
+void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
+  const unsigned gpu = t_gate.gpu;
+  if (gpu >= shm::kMaxGpus || launch_result != CUDA_SUCCESS) return;
+  const AllocationState* st = allocation_state();
+  if (!st) return;
+  shm::GpuUsage& gu = st->usage->gpus[gpu];
+  gu.launches.fetch_add(1, std::memory_order_relaxed);
+  gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
+  gate::GpuTracker& tr = gate::tracker(gpu);
+  tr.on_launch(stream, t_gate.now, gu);
+  // Tell the scheduler when this work should be done (see GpuUsage).
+  gu.expected_drain_ns.store(t_gate.now + tr.queued_estimate_ns(t_gate.now, kQueueHorizonNs),
+                             std::memory_order_relaxed);
+}
 
 }  // namespace cushare::shim

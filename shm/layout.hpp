@@ -113,7 +113,12 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   std::atomic<std::uint64_t> last_oom_request_bytes;
   std::atomic<std::uint64_t> last_oom_unix_ns;
   std::atomic<std::uint64_t> busy_ns;         // GPU time charged by the scheduler (metrics)
-  std::uint8_t reserved[40];
+  // Launch gate: when the work submitted so far should have completed
+  // (CLOCK_MONOTONIC; last submission + estimated queue). The scheduler
+  // defers the next holder's grant until about then, so a long kernel's
+  // overrun does not share the GPU with the next holder's work.
+  std::atomic<std::uint64_t> expected_drain_ns;
+  std::uint8_t reserved[32];
 };
 
 enum class SlotState : std::uint32_t {

@@ -1,0 +1,57 @@
+// The allocations of a run dir: the folders <run-dir>/alloc/<id>/ holding a
+// `limits` and a `usage` region. Discovered through inotify as they appear
+// and go (whoever made them: the device plugin, a standalone shim, a test),
+// with a full rescan every second as a safety net for missed events.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shm/region_file.hpp"
+
+namespace cushare::sched {
+
+struct Allocation {
+  std::string id;  // folder name
+  std::filesystem::path dir;
+  shm::LimitsMapping limits;  // read-write: the daemon writes lease words
+  shm::UsageMapping usage;    // read-write: host PIDs, reclaim, overhead
+};
+
+class AllocationRegistry {
+ public:
+  explicit AllocationRegistry(std::filesystem::path run_dir);
+  ~AllocationRegistry();
+  AllocationRegistry(const AllocationRegistry&) = delete;
+  AllocationRegistry& operator=(const AllocationRegistry&) = delete;
+
+  struct Changes {
+    std::vector<std::string> added;
+    std::vector<std::string> removed;  // already unmapped
+  };
+  // Non-blocking: drains pending inotify events and rescans when something
+  // happened or the periodic rescan is due.
+  Changes poll(std::uint64_t now_ns);
+
+  // Readable when inotify has events (for the daemon's poll()).
+  int notify_fd() const { return notify_fd_; }
+  std::map<std::string, std::unique_ptr<Allocation>>& allocations() { return allocations_; }
+  const std::filesystem::path& alloc_root() const { return alloc_root_; }
+
+ private:
+  Changes rescan();
+  bool drain_events();
+
+  std::filesystem::path alloc_root_;
+  int notify_fd_ = -1;
+  std::map<std::string, int> folder_watches_;
+  std::map<std::string, std::unique_ptr<Allocation>> allocations_;
+  std::map<std::string, std::string> last_error_;  // folder -> last logged problem
+  std::uint64_t next_rescan_ns_ = 0;
+};
+
+}  // namespace cushare::sched

@@ -1,0 +1,92 @@
+// cushared's main loop: discovers allocations, runs one LeaseScheduler per
+// physical GPU (by UUID), publishes leases into the limits regions and wakes
+// the waiting shims, keeps the heartbeat, maps slots to host PIDs, reclaims
+// dead processes, reconciles context overhead with NVML and publishes the
+// figures for metrics and cusharectl. All state a restart needs lives in the
+// regions; the in-memory state is rebuilt from them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "scheduler/allocation_registry.hpp"
+#include "scheduler/lease_scheduler.hpp"
+#include "scheduler/metrics.hpp"
+#include "scheduler/nvml_reader.hpp"
+
+namespace cushare::sched {
+
+struct DaemonConfig {
+  std::filesystem::path run_dir;
+  SchedulerConfig scheduler;
+  std::uint64_t poll_interval_ns = 500'000;  // while any tenant is active
+  std::uint64_t idle_poll_interval_ns = 2'000'000;
+  std::uint64_t housekeeping_interval_ns = 100'000'000;  // host PIDs, reclaim
+  std::uint64_t nvml_interval_ns = 1'000'000'000;
+  std::string proc_root = "/proc";
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+
+  // Runs until `stop` becomes true (checked at least every poll interval).
+  void run(const std::atomic<bool>& stop);
+  // One iteration (tests drive it directly).
+  void tick(std::uint64_t now);
+
+  // Thread-safe copy of the figures of the last publish.
+  DaemonMetrics metrics() const;
+  const DaemonConfig& config() const { return config_; }
+
+ private:
+  struct TenantRef {
+    std::string alloc_id;
+    unsigned gpu = 0;
+    std::string uuid;
+    TenantId id = 0;
+    TenantPolicy policy;
+    // Counters published before this daemon instance (restart) or before
+    // the tenant last left the scheduler: added so they never go backwards.
+    std::uint64_t base_busy_ns = 0, base_grants = 0, base_granted_ns = 0, base_handoffs = 0;
+    std::uint64_t last_attributed_ns = 0, last_grants = 0, last_granted_ns = 0, last_handoffs = 0;
+  };
+  void on_added(Allocation& a, std::uint64_t now);
+  void on_removed(const std::string& alloc_id, std::uint64_t now);
+  void sync_tenants(std::uint64_t now);
+  void housekeeping(std::uint64_t now);
+  void reconcile_overhead();
+  void publish_lease(const std::string& uuid, const LeaseDecision& d);
+  void publish_figures(std::uint64_t now);
+  void heartbeat(std::uint64_t now);
+  LeaseScheduler& scheduler_for(const std::string& uuid);
+  TenantRef* tenant(TenantId id);
+
+  DaemonConfig config_;
+  AllocationRegistry registry_;
+  NvmlReader nvml_;
+  std::map<std::string, std::unique_ptr<LeaseScheduler>> schedulers_;  // by GPU UUID
+  std::map<std::pair<std::string, unsigned>, TenantId> tenant_ids_;
+  std::map<TenantId, TenantRef> tenants_;
+  std::map<std::pair<std::string, unsigned>, bool> present_;  // has live processes
+  TenantId next_tenant_id_ = 1;
+  std::uint64_t next_housekeeping_ns_ = 0;
+  std::uint64_t next_nvml_ns_ = 0;
+  std::uint64_t next_figures_ns_ = 0;
+  std::uint64_t next_step_ns_ = 0;
+  std::uint64_t reclaimed_slots_ = 0;
+  std::uint64_t reclaimed_bytes_ = 0;
+  bool any_active_ = false;
+  mutable std::mutex metrics_mutex_;
+  DaemonMetrics metrics_;
+};
+
+std::uint64_t monotonic_ns();
+
+}  // namespace cushare::sched

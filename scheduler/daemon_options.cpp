@@ -1,0 +1,119 @@
+#include "scheduler/daemon_options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace cushare::sched {
+namespace {
+
+std::uint64_t ms_to_ns(double ms, const char* what) {
+  if (!(ms > 0) || ms > 60'000) {
+    throw std::runtime_error(std::string(what) + " must be > 0 and <= 60000 ms, got " +
+                             std::to_string(ms));
+  }
+  return static_cast<std::uint64_t>(ms * 1e6);
+}
+
+}  // namespace
+
+void apply_config_json(const std::string& text, DaemonOptions& opts) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("config is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw std::runtime_error("config must be a JSON object");
+  auto& sc = opts.daemon.scheduler;
+  for (const auto& [key, value] : j.items()) {
+    auto number = [&]() {
+      if (!value.is_number()) throw std::runtime_error("config key '" + key + "' must be a number");
+      return value.get<double>();
+    };
+    if (key == "quantum_ms") {
+      sc.quantum_ns = ms_to_ns(number(), "quantum_ms");
+    } else if (key == "idle_grace_ms") {
+      sc.idle_grace_ns = ms_to_ns(number(), "idle_grace_ms");
+    } else if (key == "drain_bound_ms") {
+      sc.drain_bound_ns = ms_to_ns(number(), "drain_bound_ms");
+    } else if (key == "cap_bank_ms") {
+      sc.cap_bank_ns = ms_to_ns(number(), "cap_bank_ms");
+    } else if (key == "metrics_addr" || key == "log_level" || key == "run_dir") {
+      if (!value.is_string()) throw std::runtime_error("config key '" + key + "' must be a string");
+      if (key == "metrics_addr") opts.metrics_addr = value.get<std::string>();
+      if (key == "log_level") opts.log_level = value.get<std::string>();
+      if (key == "run_dir") opts.daemon.run_dir = value.get<std::string>();
+    } else {
+      throw std::runtime_error("unknown config key '" + key + "'");
+    }
+  }
+}
+
+std::pair<std::string, int> split_host_port(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
+    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr + "'");
+  }
+  std::string host = addr.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(addr.substr(colon + 1), &used);
+    if (used != addr.size() - colon - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr + "'");
+  }
+  if (port < 0 || port > 65535)
+    throw std::runtime_error("metrics port out of range in '" + addr + "'");
+  return {host, port};
+}
+
+std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& exit_code) {
+  DaemonOptions opts;
+  CLI::App app{"cushared: the cushare node daemon (GPU time leases, reclaim, metrics)"};
+  std::string run_dir;
+  std::optional<double> quantum_ms;
+  std::string metrics_addr;
+  std::string config_file;
+  std::string log_level;
+  app.add_option("--run-dir", run_dir, "Folder holding alloc/<id>/{limits,usage}")->required();
+  app.add_option("--quantum-ms", quantum_ms, "Lease quantum in milliseconds (default 10)");
+  app.add_option("--metrics-addr", metrics_addr, "Serve Prometheus metrics on HOST:PORT");
+  app.add_option("--config", config_file, "JSON config file (flags override it)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  try {
+    app.parse(argc, argv);
+    if (!config_file.empty()) {
+      std::ifstream in(config_file);
+      if (!in) throw std::runtime_error("cannot read config file " + config_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      apply_config_json(text.str(), opts);
+    }
+    opts.daemon.run_dir = run_dir;
+    if (quantum_ms) opts.daemon.scheduler.quantum_ns = ms_to_ns(*quantum_ms, "--quantum-ms");
+    if (!metrics_addr.empty()) opts.metrics_addr = metrics_addr;
+    if (!log_level.empty()) opts.log_level = log_level;
+    if (!opts.metrics_addr.empty()) split_host_port(opts.metrics_addr);
+    auto& sc = opts.daemon.scheduler;
+    sc.extend_margin_ns = std::min(sc.extend_margin_ns, sc.quantum_ns / 2);
+    sc.idle_grace_ns =
+        std::min(sc.idle_grace_ns, std::max<std::uint64_t>(sc.quantum_ns / 4, 500'000));
+  } catch (const CLI::ParseError& e) {
+    exit_code = app.exit(e);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    std::cerr << "cushared: " << e.what() << "\n";
+    exit_code = 2;
+    return std::nullopt;
+  }
+  return opts;
+}
+
+}  // namespace cushare::sched

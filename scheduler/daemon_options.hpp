@@ -1,0 +1,31 @@
+// Command line and config file of cushared. The config file (JSON) sets
+// defaults; command-line flags override it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/daemon.hpp"
+
+namespace cushare::sched {
+
+struct DaemonOptions {
+  DaemonConfig daemon;
+  std::string metrics_addr;  // HOST:PORT; empty = no metrics endpoint
+  std::string log_level = "info";
+};
+
+// Parses argv (CLI11). Returns the options, or nullopt after printing help
+// or an error; `exit_code` is then what main should return.
+std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& exit_code);
+
+// Applies a JSON config text: {"quantum_ms": 10, "metrics_addr": "127.0.0.1:9400",
+// "idle_grace_ms": 2, "drain_bound_ms": 100, "cap_bank_ms": 30, "log_level": "info"}.
+// Throws std::runtime_error naming the bad key.
+void apply_config_json(const std::string& text, DaemonOptions& opts);
+
+// "HOST:PORT" -> (host, port); throws std::runtime_error when malformed.
+std::pair<std::string, int> split_host_port(const std::string& addr);
+
+}  // namespace cushare::sched

@@ -1,0 +1,89 @@
+// cushared: the node daemon. See docs/scheduler.md.
+#include <httplib.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <thread>
+
+#include "scheduler/daemon.hpp"
+#include "scheduler/daemon_options.hpp"
+#include "scheduler/metrics.hpp"
+#ifdef CUSHARE_HAVE_CONTROL
+#include "scheduler/control_handler.hpp"
+#include "scheduler/control_server.hpp"
+#endif
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop.store(true);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cushare::sched;
+  int exit_code = 0;
+  auto opts = parse_daemon_options(argc, argv, exit_code);
+  if (!opts) return exit_code;
+  spdlog::set_level(spdlog::level::from_str(opts->log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ cushared: %v");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Daemon> daemon;
+  try {
+    daemon = std::make_unique<Daemon>(opts->daemon);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+
+  httplib::Server metrics_server;
+  std::thread metrics_thread;
+  if (!opts->metrics_addr.empty()) {
+    const auto [host, port] = split_host_port(opts->metrics_addr);
+    metrics_server.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& res) {
+      res.set_content(render_prometheus(daemon->metrics()), "text/plain; version=0.0.4");
+    });
+    if (!metrics_server.bind_to_port(host, port)) {
+      spdlog::error("cannot listen on {} for metrics", opts->metrics_addr);
+      return 1;
+    }
+    spdlog::info("metrics on http://{}/metrics", opts->metrics_addr);
+    metrics_thread = std::thread([&metrics_server] { metrics_server.listen_after_bind(); });
+  }
+
+#ifdef CUSHARE_HAVE_CONTROL
+  // cusharectl's control socket (<run-dir>/cushared.sock); the daemon runs
+  // without it if it cannot be made (cusharectl then reads the regions).
+  std::unique_ptr<RunDirControlHandler> control_handler;
+  std::unique_ptr<ControlServer> control_server;
+  try {
+    control_handler = std::make_unique<RunDirControlHandler>(ControlHandlerConfig{
+        .run_dir = opts->daemon.run_dir, .quantum_ns = opts->daemon.scheduler.quantum_ns});
+    control_server =
+        std::make_unique<ControlServer>(opts->daemon.run_dir / "cushared.sock", *control_handler);
+    spdlog::info("control socket {}", control_server->socket_path().string());
+  } catch (const std::exception& e) {
+    spdlog::warn("no control socket: {}", e.what());
+  }
+#endif
+
+  daemon->run(g_stop);
+
+#ifdef CUSHARE_HAVE_CONTROL
+  if (control_server) control_server->stop();
+#endif
+
+  if (metrics_thread.joinable()) {
+    metrics_server.stop();
+    metrics_thread.join();
+  }
+  spdlog::info("stopped");
+  return 0;
+}

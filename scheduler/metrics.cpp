@@ -1,0 +1,95 @@
+#include "scheduler/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <optional>
+
+namespace cushare::sched {
+namespace {
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string labels(const TenantMetrics& t) {
+  return fmt::format("allocation=\"{}\",gpu=\"{}\",gpu_index=\"{}\",mode=\"{}\"",
+                     escape_label(t.allocation), escape_label(t.gpu_uuid), t.gpu_index, t.mode);
+}
+
+void family(std::string& out, const DaemonMetrics& m, const char* name, const char* type,
+            const char* help,
+            const std::function<std::optional<double>(const TenantMetrics&)>& value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  for (const auto& t : m.tenants) {
+    if (auto v = value(t)) out += fmt::format("{}{{{}}} {}\n", name, labels(t), *v);
+  }
+}
+
+}  // namespace
+
+std::string render_prometheus(const DaemonMetrics& m) {
+  std::string out;
+  using T = const TenantMetrics&;
+  family(out, m, "cushare_memory_used_bytes", "gauge",
+         "Device memory charged to the allocation (tracked allocations plus context overhead).",
+         [](T t) { return std::optional<double>(static_cast<double>(t.memory_used_bytes)); });
+  family(out, m, "cushare_memory_quota_bytes", "gauge", "Device-memory quota (absent = unlimited).",
+         [](T t) -> std::optional<double> {
+           if (t.memory_quota_bytes == UINT64_MAX) return std::nullopt;
+           return static_cast<double>(t.memory_quota_bytes);
+         });
+  family(out, m, "cushare_gpu_time_seconds_total", "counter",
+         "GPU time attributed to the allocation by the lease scheduler.",
+         [](T t) { return std::optional<double>(t.gpu_time_ns / 1e9); });
+  family(out, m, "cushare_share_target_ratio", "gauge",
+         "Entitled share of the GPU among its busy tenants (0..1).",
+         [](T t) { return std::optional<double>(t.share_target_ppm / 1e6); });
+  family(out, m, "cushare_share_achieved_ratio", "gauge",
+         "Share of the GPU attributed over the last 10 s (0..1).",
+         [](T t) { return std::optional<double>(t.share_achieved_ppm / 1e6); });
+  family(out, m, "cushare_compute_limit_ratio", "gauge", "Compute limit (0..1).",
+         [](T t) { return std::optional<double>(t.compute_limit_pct / 100.0); });
+  family(out, m, "cushare_compute_weight", "gauge", "Fair-share weight.",
+         [](T t) { return std::optional<double>(t.weight); });
+  family(out, m, "cushare_throttled_seconds_total", "counter",
+         "Time launches spent waiting at the launch gate.",
+         [](T t) { return std::optional<double>(t.throttled_ns / 1e9); });
+  family(out, m, "cushare_throttled_launches_total", "counter", "Launches that had to wait.",
+         [](T t) { return std::optional<double>(static_cast<double>(t.throttled_launches)); });
+  family(out, m, "cushare_launches_total", "counter", "Kernel launches through the gate.",
+         [](T t) { return std::optional<double>(static_cast<double>(t.launches)); });
+  family(out, m, "cushare_lease_grants_total", "counter", "Leases granted.",
+         [](T t) { return std::optional<double>(static_cast<double>(t.lease_grants)); });
+  family(out, m, "cushare_lease_handoffs_total", "counter",
+         "Leases this allocation handed to another one.",
+         [](T t) { return std::optional<double>(static_cast<double>(t.lease_handoffs)); });
+  family(out, m, "cushare_oom_refusals_total", "counter", "Allocations refused by the quota.",
+         [](T t) { return std::optional<double>(static_cast<double>(t.oom_refusals)); });
+  family(out, m, "cushare_processes", "gauge", "Live processes of the allocation.",
+         [](T t) { return std::optional<double>(t.processes); });
+  out += fmt::format(
+      "# HELP cushare_allocations Allocations the daemon manages.\n# TYPE cushare_allocations "
+      "gauge\ncushare_allocations {}\n",
+      m.allocations);
+  out += fmt::format(
+      "# HELP cushare_reclaimed_slots_total Process slots of dead processes reclaimed.\n"
+      "# TYPE cushare_reclaimed_slots_total counter\ncushare_reclaimed_slots_total {}\n",
+      m.reclaimed_slots_total);
+  out += fmt::format(
+      "# HELP cushare_reclaimed_bytes_total Device memory returned from dead processes.\n"
+      "# TYPE cushare_reclaimed_bytes_total counter\ncushare_reclaimed_bytes_total {}\n",
+      m.reclaimed_bytes_total);
+  return out;
+}
+
+}  // namespace cushare::sched

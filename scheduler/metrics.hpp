@@ -1,0 +1,41 @@
+// Prometheus text exposition of the daemon's figures (pure rendering; the
+// HTTP side is metrics_server.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cushare::sched {
+
+struct TenantMetrics {
+  std::string allocation;
+  std::string gpu_uuid;
+  unsigned gpu_index = 0;  // entry in the allocation's limits.gpus[]
+  std::string mode;        // "capped" / "burst"
+  std::uint32_t compute_limit_pct = 100;
+  std::uint32_t weight = 100;
+  std::uint64_t memory_used_bytes = 0;
+  std::uint64_t memory_quota_bytes = 0;  // UINT64_MAX = unlimited (not exported)
+  std::uint64_t gpu_time_ns = 0;         // attributed by the scheduler
+  std::uint32_t share_target_ppm = 0;
+  std::uint32_t share_achieved_ppm = 0;
+  std::uint64_t throttled_ns = 0;
+  std::uint64_t throttled_launches = 0;
+  std::uint64_t launches = 0;
+  std::uint64_t lease_grants = 0;
+  std::uint64_t lease_handoffs = 0;
+  std::uint64_t oom_refusals = 0;
+  std::uint32_t processes = 0;
+};
+
+struct DaemonMetrics {
+  std::vector<TenantMetrics> tenants;
+  std::uint64_t allocations = 0;
+  std::uint64_t reclaimed_slots_total = 0;
+  std::uint64_t reclaimed_bytes_total = 0;
+};
+
+std::string render_prometheus(const DaemonMetrics& m);
+
+}  // namespace cushare::sched

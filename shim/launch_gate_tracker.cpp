@@ -1,0 +1,295 @@
+#include "shim/launch_gate_tracker.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <array>
+#include <climits>
+
+#include "shim/capture_tracker.hpp"
+#include "shim/real_driver.hpp"
+
+namespace cushare::shim::gate {
+
+std::uint64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no syscall
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept {
+  timespec ts{.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000),
+              .tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000)};
+  // Not FUTEX_PRIVATE: the word may live in a file shared with other
+  // processes (the limits region, mapped read-only here).
+  syscall(SYS_futex, const_cast<std::uint32_t*>(reinterpret_cast<const std::uint32_t*>(&word)),
+          FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+namespace {
+// Never destroyed: poller threads may still be running while the process
+// runs its exit handlers.
+std::array<GpuTracker, shm::kMaxGpus>& trackers() noexcept {
+  static auto* t = new std::array<GpuTracker, shm::kMaxGpus>();
+  return *t;
+}
+
+void store_max(std::atomic<std::uint64_t>& word, std::uint64_t value) noexcept {
+  std::uint64_t cur = word.load(std::memory_order_relaxed);
+  while (cur < value && !word.compare_exchange_weak(cur, value, std::memory_order_release,
+                                                    std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+GpuTracker& tracker(unsigned gpu) noexcept {
+  return trackers()[gpu % shm::kMaxGpus];
+}
+
+void reset_trackers_after_fork() noexcept {
+  for (auto& t : trackers()) t.reset_after_fork();
+}
+
+void GpuTracker::reset_after_fork() noexcept {
+  // The parent's events and poller thread do not exist in the child; the
+  // mutex may have been held by a parent thread at fork time.
+  new (&mu_) std::mutex();
+  batches_ = {};
+  free_events_ = {};
+  ctx_ = nullptr;
+  oldest_batch_ns_.store(0);
+  submitted_.store(0);
+  completed_.store(0);
+  per_launch_ns_.store(0);
+  last_completion_ns_ = 0;
+  last_completion_atomic_.store(0);
+  tail_first_ns_.store(0);
+  recorded_count_.store(0);
+  tail_last_ns_.store(0);
+  tail_stream_.store(nullptr);
+  since_record_.store(0);
+  poller_started_.store(false);
+  poller_idle_.store(false);
+}
+
+void GpuTracker::on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
+  // Counted first: the launch is in its stream already, so any event
+  // recorded after a record_locked() saw this count covers it.
+  submitted_.fetch_add(1, std::memory_order_acq_rel);
+  std::uint64_t expected = 0;
+  if (tail_first_ns_.load(std::memory_order_relaxed) == 0 &&
+      tail_first_ns_.compare_exchange_strong(expected, now, std::memory_order_acq_rel) &&
+      poller_idle_.load(std::memory_order_acquire)) {
+    // Idle -> busy: the poller must look after this tail (one wake per
+    // transition, not per launch).
+    wake_word_.fetch_add(1, std::memory_order_release);
+    futex_wake(wake_word_);
+  }
+  tail_last_ns_.store(now, std::memory_order_relaxed);
+  tail_stream_.store(stream, std::memory_order_relaxed);
+  const std::uint32_t n = since_record_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n < kRecordEvery && now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs)
+      [[likely]] {
+    return;
+  }
+  if (stream_is_capturing(stream)) return;  // never record into a capture
+  {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // another thread is recording right now
+    record_locked(stream, now);
+  }
+  ensure_poller(usage);
+  if (poller_idle_.load(std::memory_order_acquire)) {
+    wake_word_.fetch_add(1, std::memory_order_release);
+    futex_wake(wake_word_);
+  }
+}
+
+void GpuTracker::record_locked(CUstream stream, std::uint64_t now) noexcept {
+  const std::uint64_t end = submitted_.load(std::memory_order_acquire);
+  if (end <= recorded_count_.load(std::memory_order_relaxed)) return;  // nothing unrecorded
+  std::uint64_t first = tail_first_ns_.load(std::memory_order_acquire);
+  const std::uint64_t tail_first = first;
+  if (first == 0) first = tail_last_ns_.load(std::memory_order_relaxed);
+  if (first == 0) first = now;
+  const RealDriver& r = real();
+  if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&ctx_);
+  CUevent ev = nullptr;
+  if (!free_events_.empty()) {
+    ev = free_events_.back();
+    free_events_.pop_back();
+  } else if (r.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) !=
+             CUDA_SUCCESS) {
+    return;
+  }
+  if (r.cuEventRecord(ev, stream) != CUDA_SUCCESS) {
+    free_events_.push_back(ev);
+    return;
+  }
+  batches_.push_back({.event = ev,
+                      .end_count = end,
+                      .first_submit_ns = first,
+                      .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed)});
+  if (batches_.size() == 1) oldest_batch_ns_.store(first, std::memory_order_release);
+  recorded_count_.store(end, std::memory_order_release);
+  // A launch racing this record keeps its own tail mark (the CAS fails);
+  // either way the counts, not this mark, decide what is pending.
+  std::uint64_t expected = tail_first;
+  if (tail_first != 0)
+    tail_first_ns_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  since_record_.store(0, std::memory_order_relaxed);
+  last_record_ns_.store(now, std::memory_order_relaxed);
+}
+
+void GpuTracker::ensure_poller(shm::GpuUsage& usage) noexcept {
+  if (poller_started_.load(std::memory_order_acquire)) return;
+  bool expected = false;
+  if (!poller_started_.compare_exchange_strong(expected, true)) return;
+  try {
+    std::thread([this, u = &usage] { poll_loop(u); }).detach();
+  } catch (...) {
+    poller_started_.store(false);
+  }
+}
+
+void GpuTracker::publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept {
+  store_max(usage.drained_ns, value);
+}
+
+void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
+                                       shm::GpuUsage& usage) noexcept {
+  if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
+  const Batch done = batches_.front();
+  batches_.pop_front();
+  free_events_.push_back(ev);
+  // GPU time of the batch: from when the GPU could start it (its first
+  // submission, or the previous batch's completion) to its completion.
+  const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
+  const std::uint64_t launches = done.end_count > prev_end ? done.end_count - prev_end : 0;
+  const std::uint64_t began = std::max(done.first_submit_ns, last_completion_ns_);
+  if (launches > 0 && now > began) {
+    const std::uint64_t sample = (now - began) / launches;
+    const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
+    per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
+  }
+  last_completion_ns_ = now;
+  last_completion_atomic_.store(now, std::memory_order_relaxed);
+  progress_word_.fetch_add(1, std::memory_order_release);
+  if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
+  completed_.store(std::max(prev_end, done.end_count), std::memory_order_release);
+  oldest_batch_ns_.store(batches_.empty() ? 0 : batches_.front().first_submit_ns,
+                         std::memory_order_release);
+  // Everything submitted up to the batch's last launch has completed; if
+  // nothing else is pending, everything up to now has.
+  const bool idle = batches_.empty() && !has_tail();
+  publish_drained(idle ? now : done.last_submit_ns, usage);
+}
+
+void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+                                   shm::GpuUsage& usage) noexcept {
+  if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
+    // Wait about as long as the GPU needs to get below the horizon, so the
+    // queue never runs dry while we wait (the poller keeps the count right).
+    {
+      std::lock_guard lock(mu_);
+      if (has_tail() && !stream_is_capturing(stream)) {
+        record_locked(stream, monotonic_now_ns());
+      }
+    }
+    ensure_poller(usage);
+    // Wake on the next completed batch or after about the excess, whichever
+    // comes first: an estimate that is too high never idles the GPU long.
+    const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
+    progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
+    futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
+    progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  CUevent ev = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (batches_.empty() && !stream_is_capturing(stream)) {
+      record_locked(stream, monotonic_now_ns());
+    }
+    if (!batches_.empty()) ev = batches_.front().event;
+  }
+  ensure_poller(usage);
+  if (!ev) {
+    // Only work queued into a capture (or record failed): nothing to wait on.
+    timespec ts{.tv_sec = 0, .tv_nsec = 200'000};
+    nanosleep(&ts, nullptr);
+    return;
+  }
+  const CUresult rc = real().cuEventSynchronize(ev);
+  std::lock_guard lock(mu_);
+  if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
+    complete_front_locked(ev, monotonic_now_ns(), usage);
+  }
+}
+
+void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
+  const RealDriver& r = real();
+  // Our driver calls must never invalidate a global-mode capture elsewhere.
+  if (r.cuThreadExchangeStreamCaptureMode) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    r.cuThreadExchangeStreamCaptureMode(&mode);
+  }
+  bool ctx_set = false;
+  for (;;) {
+    CUevent ev = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (!ctx_set && ctx_ && r.cuCtxSetCurrent) ctx_set = r.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS;
+      if (!batches_.empty()) ev = batches_.front().event;
+    }
+    if (ev) {
+      const CUresult rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
+      std::lock_guard lock(mu_);
+      complete_front_locked(ev, monotonic_now_ns(), *usage);
+      (void)rc;
+      continue;
+    }
+    // No recorded batch: a tail of launches may still be unrecorded (the
+    // application stopped launching). Record it once it is a batch old.
+    const std::uint64_t now = monotonic_now_ns();
+    if (has_tail()) {
+      const std::uint64_t due = tail_last_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs;
+      if (now >= due) {
+        CUstream s = tail_stream_.load(std::memory_order_relaxed);
+        std::lock_guard lock(mu_);
+        if (!stream_is_capturing(s)) record_locked(s, now);
+        if (batches_.empty()) {
+          // Could not record (capture in progress): look again shortly.
+        } else {
+          continue;
+        }
+      }
+      timespec ts{.tv_sec = 0, .tv_nsec = static_cast<long>(kRecordIntervalNs)};
+      nanosleep(&ts, nullptr);
+      continue;
+    }
+    // Idle: sleep until a launch records a batch (it wakes us), at most 50 ms.
+    const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
+    poller_idle_.store(true, std::memory_order_release);
+    if (!has_tail()) {
+      bool empty;
+      {
+        std::lock_guard lock(mu_);
+        empty = batches_.empty();
+      }
+      if (empty) futex_wait(wake_word_, seen, 50'000'000);
+    }
+    poller_idle_.store(false, std::memory_order_release);
+  }
+}
+
+}  // namespace cushare::shim::gate

@@ -1,0 +1,119 @@
+// In-flight work tracking of the launch gate, per GPU of the allocation, in
+// this process. Launches are grouped into batches; each batch ends with a
+// no-timing event recorded on the stream of its last launch (every
+// kRecordEvery launches or kRecordInterval of submit time, never on a stream
+// under capture). A poller thread per GPU waits for the oldest batch's event
+// (blocking-sync event: no CPU spin), then publishes the drain marks the
+// daemon charges overrun from. The fast path only reads a few counters
+// to bound the queued work (docs/scheduler.md, "Launch gate").
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "shim/cuda_api.hpp"
+#include "shm/layout.hpp"
+
+namespace cushare::shim::gate {
+
+inline constexpr std::uint32_t kRecordEvery = 32;            // launches per batch at most
+inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
+
+struct Batch {
+  CUevent event = nullptr;
+  std::uint64_t end_count = 0;  // launches submitted up to and including this batch
+  std::uint64_t first_submit_ns = 0;
+  std::uint64_t last_submit_ns = 0;
+};
+
+class GpuTracker {
+ public:
+  // Fast path: GPU time of the work launched and not known complete,
+  // estimated as pending launches x the measured GPU time per launch (before
+  // the first measurement: one batch's worth counts as the whole horizon).
+  std::uint64_t queued_estimate_ns(std::uint64_t now, std::uint64_t horizon_ns) const noexcept {
+    const std::uint64_t pending =
+        submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
+    if (pending == 0) return 0;
+    const std::uint64_t per = per_launch_ns_.load(std::memory_order_relaxed);
+    if (per == 0) return pending >= kRecordEvery ? horizon_ns + 1 : 1;
+    // The GPU has been working through the queue since the last completion
+    // we saw (or since the oldest pending launch, if it came later).
+    std::uint64_t since = last_completion_atomic_.load(std::memory_order_relaxed);
+    const std::uint64_t oldest = oldest_batch_ns_.load(std::memory_order_relaxed);
+    since = std::max(since, oldest ? oldest : tail_first_ns_.load(std::memory_order_relaxed));
+    const std::uint64_t total = pending * per;
+    const std::uint64_t done = now > since ? now - since : 0;
+    // Never below one launch's worth while something is pending.
+    return total > done + per ? total - done : per;
+  }
+  std::uint64_t pending_launches() const noexcept {
+    return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
+  }
+  // Launches not covered by any recorded event yet.
+  bool has_tail() const noexcept {
+    return submitted_.load(std::memory_order_acquire) >
+           recorded_count_.load(std::memory_order_acquire);
+  }
+  std::uint64_t per_launch_ns() const noexcept {
+    return per_launch_ns_.load(std::memory_order_relaxed);
+  }
+
+  // After a successful launch at `now` on `stream` (fast path; records an
+  // event when a batch is due, which takes the tracker's mutex).
+  void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept;
+
+  // Slow path: waits until about `excess_ns` of the queued work has run
+  // (by the estimate), or for the oldest batch when there is no estimate.
+  void wait_for_progress(CUstream stream, std::uint64_t excess_ns, shm::GpuUsage& usage) noexcept;
+
+  // Fork child: forget the parent's events and thread.
+  void reset_after_fork() noexcept;
+
+ private:
+  void record_locked(CUstream stream, std::uint64_t now) noexcept;
+  void ensure_poller(shm::GpuUsage& usage) noexcept;
+  void poll_loop(shm::GpuUsage* usage) noexcept;
+  void complete_front_locked(CUevent ev, std::uint64_t now, shm::GpuUsage& usage) noexcept;
+  void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
+
+  std::atomic<std::uint64_t> submitted_{0};               // launches forwarded by this process
+  std::atomic<std::uint64_t> completed_{0};               // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};          // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};           // EMA of GPU time per launch
+  std::uint64_t last_completion_ns_ = 0;                  // under mu_
+  std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
+  std::atomic<std::uint64_t> oldest_batch_ns_{0};  // first submit of the oldest recorded batch
+  std::atomic<std::uint64_t> tail_first_ns_{0};    // first unrecorded launch (0: none)
+  std::atomic<std::uint64_t> tail_last_ns_{0};
+  std::atomic<CUstream> tail_stream_{nullptr};
+  std::atomic<std::uint64_t> last_record_ns_{0};
+  std::atomic<std::uint32_t> since_record_{0};
+  std::atomic<std::uint32_t> wake_word_{0};         // poller FUTEX_WAITs here when idle
+  std::atomic<std::uint32_t> progress_word_{0};     // bumped on every completed batch
+  std::atomic<std::uint32_t> progress_waiters_{0};  // launching threads waiting on it
+  std::atomic<bool> poller_idle_{false};
+  std::atomic<bool> poller_started_{false};
+
+  std::mutex mu_;  // batches_, free_events_, ctx_ (never on the fast path)
+  std::deque<Batch> batches_;
+  std::vector<CUevent> free_events_;
+  CUcontext ctx_ = nullptr;
+};
+
+// Tracker of limits.gpus[gpu] in this process.
+GpuTracker& tracker(unsigned gpu) noexcept;
+void reset_trackers_after_fork() noexcept;
+
+std::uint64_t monotonic_now_ns() noexcept;
+// Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept;
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
+
+}  // namespace cushare::shim::gate

@@ -1,0 +1,148 @@
+// The daemon against real region files in a temp run dir, driven tick by
+// tick with an injected clock: discovery, lease publishing, revocation of a
+// removed allocation, reclaim of a dead process's slot and its bytes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "scheduler/daemon.hpp"
+#include "shm/limits_seqlock.hpp"
+#include "shm/process_slots.hpp"
+#include "shm/quota_ledger.hpp"
+#include "shm/region_file.hpp"
+
+namespace cushare::sched {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr std::uint64_t kMs = 1'000'000;
+
+class DaemonTick : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cushare-daemon-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  struct Alloc {
+    shm::LimitsMapping limits;
+    shm::UsageMapping usage;
+  };
+  Alloc make_alloc(const std::string& id, std::uint32_t pct, shm::ComputeMode mode) {
+    const fs::path dir = root_ / "alloc" / id;
+    fs::create_directories(dir);
+    shm::RegionCreateOptions opts{.alloc_id = id};
+    auto limits = shm::LimitsMapping::create(dir / "limits", opts, [&](shm::LimitsRegion& r) {
+      shm::GpuLimitsSnapshot v;
+      v.compute_limit_pct = pct;
+      v.weight = pct;
+      v.mode = mode;
+      v.memory_limit_bytes = 1ull << 30;
+      shm::init_gpu_entry(r, 0, "GPU-test-0", v);
+    });
+    auto usage = shm::UsageMapping::create(dir / "usage", opts,
+                                           [](shm::UsageRegion& r) { r.gpu_count.store(1); });
+    return {std::move(limits), std::move(usage)};
+  }
+  DaemonConfig config() {
+    DaemonConfig c;
+    c.run_dir = root_;
+    return c;
+  }
+  fs::path root_;
+};
+
+TEST_F(DaemonTick, GrantsTheLeaseToAWaitingTenantAndKeepsTheHeartbeat) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
+  auto self = shm::self_identity();
+  ASSERT_TRUE(self.has_value());
+  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+  a.usage.mutable_region().gpus[0].demand.store(1);
+
+  std::uint64_t now = monotonic_ns();
+  daemon.tick(now);
+  daemon.tick(now + kMs);
+  const auto& g = a.limits.region().gpus[0];
+  EXPECT_EQ(g.lease_holder.load(), 1u);
+  EXPECT_GT(g.lease_expiry_ns.load(), now + kMs);
+  EXPECT_GT(g.lease_futex.load(), 0u);
+  EXPECT_EQ(a.limits.region().daemon_pid.load(), static_cast<std::uint32_t>(getpid()));
+  EXPECT_GE(a.limits.region().daemon_heartbeat_ns.load(), now);
+  // The slot got its host PID (same namespace here: our own pid).
+  bool mapped = false;
+  for (const auto& s : a.usage.region().slots) {
+    mapped |= s.host_pid.load() == static_cast<std::uint32_t>(getpid());
+  }
+  EXPECT_TRUE(mapped);
+  // Figures are published for cusharectl and metrics.
+  daemon.tick(now + 200 * kMs);
+  EXPECT_EQ(g.share_target_ppm.load(), 1'000'000u);
+  const auto m = daemon.metrics();
+  ASSERT_EQ(m.tenants.size(), 1u);
+  EXPECT_EQ(m.tenants[0].allocation, "a");
+  EXPECT_EQ(m.tenants[0].memory_quota_bytes, 1ull << 30);
+}
+
+TEST_F(DaemonTick, TwoTenantsAlternateAndARemovedOneLosesTheLease) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
+  auto b = make_alloc("b", 50, shm::ComputeMode::kBurst);
+  auto self = shm::self_identity();
+  ASSERT_TRUE(self.has_value());
+  for (auto* x : {&a, &b}) {
+    ASSERT_TRUE(shm::claim_slot(x->usage.mutable_region(), *self, 1).has_value());
+    x->usage.mutable_region().gpus[0].demand.store(1);
+  }
+  std::uint64_t now = monotonic_ns();
+  daemon.tick(now);
+  const auto holder = [&] {
+    return std::make_pair(a.limits.region().gpus[0].lease_holder.load(),
+                          b.limits.region().gpus[0].lease_holder.load());
+  };
+  const auto first = holder();
+  EXPECT_EQ(first.first + first.second, 1u) << "exactly one holder";
+  now += 11 * kMs;  // past the quantum: the other one's turn
+  daemon.tick(now);
+  const auto second = holder();
+  EXPECT_EQ(second.first + second.second, 1u);
+  EXPECT_NE(first, second);
+  // The holder's folder disappears: its lease words are cleared at once and
+  // the other gets the GPU.
+  const bool a_holds = second.first == 1;
+  fs::remove_all(root_ / "alloc" / (a_holds ? "a" : "b"));
+  now += 1 * kMs;
+  daemon.tick(now + 2'000 * kMs);  // past the periodic rescan
+  auto& other = a_holds ? b : a;
+  EXPECT_EQ(other.limits.region().gpus[0].lease_holder.load(), 1u);
+}
+
+TEST_F(DaemonTick, ReclaimsTheSlotAndBytesOfADeadProcess) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 100, shm::ComputeMode::kBurst);
+  // A child that claims a slot, reserves memory, and dies without releasing.
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto self = shm::self_identity();
+    auto& usage = a.usage.mutable_region();
+    auto slot = shm::claim_slot(usage, *self, 1);
+    if (!slot) _exit(1);
+    shm::QuotaLedger(usage).try_reserve(0, usage.slots[*slot], 4096, shm::kUnlimited);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(a.usage.region().gpus[0].used_bytes.load(), 4096u);
+  daemon.tick(monotonic_ns());
+  EXPECT_EQ(a.usage.region().gpus[0].used_bytes.load(), 0u) << "bytes of the dead process returned";
+  for (const auto& s : a.usage.region().slots) EXPECT_EQ(shm::slot_state(s), shm::SlotState::kFree);
+}
+
+}  // namespace
+}  // namespace cushare::sched

@@ -5,6 +5,7 @@
 
 #include "shim/hook_decls.hpp"
 #include "shim/hook_support.hpp"
+#include "shim/memory_accounting.hpp"
 #include "shim/memory_view.hpp"
 #include "shm/quota_ledger.hpp"
 
@@ -30,6 +31,7 @@ extern "C" CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   size_t real_free = 0, real_total = 0;
   const CUresult rc = r.cuMemGetInfo_v2(&real_free, &real_total);
   if (rc != CUDA_SUCCESS) return rc;
+  reclaim_dead_slots_now_and_then(*st);
   const MemoryView v = view_for_gpu(*st, current_gpu_index(*st), real_total, real_free);
   if (free) *free = v.free;
   if (total) *total = v.total;

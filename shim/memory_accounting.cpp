@@ -5,6 +5,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -77,6 +78,20 @@ void run_fork_child_hooks() noexcept {
 void relieve_quota_pressure(const AllocationState& st, unsigned gpu) noexcept {
   trim_pools(st, gpu);
   trim_graph_memory(st, gpu);
+}
+
+void reclaim_dead_slots_now_and_then(const AllocationState& st) noexcept {
+  static std::atomic<std::int64_t> last{0};
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t prev = last.load(std::memory_order_relaxed);
+  if (now - prev < 1000 || !last.compare_exchange_strong(prev, now)) return;
+  try {
+    if (auto pidns = shm::read_pidns_inode(getpid()))
+      shm::reclaim_dead_slots(*st.usage, shm::LivenessChecker::same_namespace(*pidns));
+  } catch (...) {
+  }
 }
 
 namespace detail {

@@ -41,6 +41,12 @@ inline void release(const AllocationState& st, unsigned gpu, std::uint64_t bytes
   if (gpu < shm::kMaxGpus && bytes) shm::QuotaLedger(*st.usage).release(gpu, *st.slot, bytes);
 }
 
+// Standalone there is no daemon to reclaim the slots of processes that died
+// without releasing them (kill -9): memory queries do it, at most once a
+// second per process (a scan of the slot states and a /proc read per live
+// slot of another process).
+void reclaim_dead_slots_now_and_then(const AllocationState& st) noexcept;
+
 // Quota-pressure relief for `gpu`, tried before refusing: trims memory pools
 // and graph memory pools so that what they cache but nobody uses returns to
 // the quota. Implemented by the pool/graph accounting.

@@ -284,6 +284,37 @@ def case_race_and_kill(h):
     check(not u.slots(), f"slots left active: {u.slots()}")
 
 
+def case_kill_reclaim_live(h):
+    """A process killed with -9: a live process of the allocation sees its bytes return
+    (its memory queries reclaim dead slots, at most once a second) without a daemon."""
+    env = h.env(QUOTA)
+    watcher = subprocess.Popen([h.a.probe, "--mode", "watch", "--seconds", "8"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    holder = None
+    try:
+        first = json.loads(watcher.stdout.readline())
+        holder = subprocess.Popen([os.path.join(h.a.samples_dir, "alloc_probe"), "--max", "1Gi",
+                                   "--hold-seconds", "30"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        json.loads(holder.stdout.readline())
+        held = json.loads(watcher.stdout.readline())
+        check(first["free"] - held["free"] == GI + OVERHEAD,
+              f"watcher did not see the holder: {first['free']} -> {held['free']}")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        deadline = time.time() + 4
+        last = held
+        while time.time() < deadline and last["free"] != first["free"]:
+            last = json.loads(watcher.stdout.readline())
+        check(last["free"] == first["free"],
+              f"killed holder's bytes not returned to the live watcher: {last['free']}")
+    finally:
+        for p in (watcher, holder):
+            if p:
+                p.kill()
+                p.wait()
+
+
 def case_two_allocations_independent(h):
     """Two allocations with different quotas on one device are independent."""
     other = os.path.join(h.tmp, "run2")
@@ -472,6 +503,7 @@ CASES = {
     "nvml": case_nvml,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,
+    "kill_reclaim_live": case_kill_reclaim_live,
 }
 
 

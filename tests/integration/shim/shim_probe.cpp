@@ -319,6 +319,21 @@ int mode_mipmap(const Api& a) {
   return 0;
 }
 
+// Prints the cuMemGetInfo_v2 view every 200 ms for --seconds.
+int mode_watch(const Api& a, double seconds) {
+  CUdevice dev;
+  if (!start(a, dev)) return 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    size_t free = 0, total = 0;
+    expect(a.MemGetInfo(&free, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
+    std::printf("%s\n", json{{"free", free}, {"total", total}}.dump().c_str());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return 0;
+}
+
 int mode_resolver() {
   void* h = open_libcuda();
   GetProcV2 gpa2 = reinterpret_cast<GetProcV2>(dlsym(h, "cuGetProcAddress_v2"));
@@ -449,7 +464,8 @@ int main(int argc, char** argv) {
   double seconds = 1.0, start_at = 0;
   CLI::App app{"Drive libcushare.so through dlsym and cuGetProcAddress"};
   app.add_option("--mode", mode)
-      ->check(CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap"}));
+      ->check(
+          CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap", "watch"}));
   app.add_option("--resolve", res.how, "dlsym | procaddr | procaddr4")
       ->check(CLI::IsMember({"dlsym", "procaddr", "procaddr4"}));
   app.add_option("--version", res.version, "cudaVersion for cuGetProcAddress");
@@ -471,5 +487,6 @@ int main(int argc, char** argv) {
   if (mode == "race") return mode_race(a, threads, seconds, max_step, seed, start_at);
   if (mode == "fork") return mode_fork(a, step, children);
   if (mode == "mipmap") return mode_mipmap(a);
+  if (mode == "watch") return mode_watch(a, seconds);
   return mode_nvml(a);
 }

@@ -304,7 +304,9 @@ TEST_F(Api, HostFunctionsRunInStreamOrder) {
   CUstream s;
   ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   static std::atomic<int> calls{0};
-  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
+  // Long enough that a descheduled test process (2 loaded cores) still checks
+  // before the simulated kernel ends.
+  ASSERT_EQ(launch_spin(400'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuLaunchHostFunc(
                 s, [](void*) { calls++; }, nullptr),
             CUDA_SUCCESS);

@@ -57,6 +57,7 @@ enum RegionFlags : std::uint32_t {
   kCreatedStandalone = 1u << 0,  // the first shim created it from its environment
   kCreatedByPlugin = 1u << 1,
   kCreatedByDaemon = 1u << 2,
+  kCreatedByCtl = 1u << 3,  // cusharectl create (plain Docker/containerd)
 };
 
 // ---------------------------------------------------------------- limits ---

@@ -15,9 +15,8 @@ class RegionReadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Region flag for allocations made by `cusharectl create` (the next free bit
-// of shm::RegionFlags; the lead is asked to add it to shm/layout.hpp).
-inline constexpr std::uint32_t kCreatedByCtl = 1u << 3;
+// Region flag for allocations made by `cusharectl create`.
+using shm::kCreatedByCtl;
 
 struct LimitsFile {
   shm::LimitsMapping mapping;

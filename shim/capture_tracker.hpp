@@ -5,6 +5,8 @@
 // progress anywhere in the process) is one relaxed load.
 #pragma once
 
+#include <cstdint>
+
 #include "shim/cuda_api.hpp"
 
 namespace cushare::shim {
@@ -12,6 +14,10 @@ namespace cushare::shim {
 bool stream_is_capturing(CUstream stream) noexcept;
 
 void capture_began(CUstream stream) noexcept;
-void capture_ended(CUstream stream) noexcept;
+// Ends the capture; returns the bytes of stream-ordered allocations captured
+// on it (they become graph memory of the captured graph).
+std::uint64_t capture_ended(CUstream stream) noexcept;
+// A cuMemAlloc(FromPool)Async of `bytes` was captured on `stream`.
+void capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept;
 
 }  // namespace cushare::shim

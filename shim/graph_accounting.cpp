@@ -1,6 +1,9 @@
 #include "shim/graph_accounting.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <new>
+#include <unordered_map>
 
 #include "shim/logging.hpp"
 #include "shim/memory_accounting.hpp"
@@ -11,6 +14,19 @@ namespace cushare::shim {
 namespace {
 
 constinit std::atomic<bool> g_expected{false};
+
+std::mutex& needs_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::unordered_map<CUgraph, std::uint64_t>& graph_needs() {
+  static auto* m = new std::unordered_map<CUgraph, std::uint64_t>;
+  return *m;
+}
+std::unordered_map<CUgraphExec, std::uint64_t>& exec_needs() {
+  static auto* m = new std::unordered_map<CUgraphExec, std::uint64_t>;
+  return *m;
+}
 constinit std::atomic<bool> g_lock{false};
 constinit std::uint64_t g_charged[kMaxDevices] = {};      // per CUDA ordinal, reserved as bytes
 constinit std::uint64_t g_overcharged[kMaxDevices] = {};  // per ordinal, charged as overhead
@@ -81,10 +97,54 @@ void graph_memory_expected() noexcept {
   g_expected.store(true, std::memory_order_release);
 }
 
-void graph_memory_settle(const AllocationState& st) noexcept {
-  if (!g_expected.load(std::memory_order_acquire)) return;
+void graph_add_alloc(CUgraph graph, std::uint64_t bytes) noexcept {
+  graph_memory_expected();
+  try {
+    std::lock_guard lock(needs_mutex());
+    graph_needs()[graph] += bytes;
+  } catch (...) {
+  }
+}
+
+void graph_instantiated(CUgraphExec exec, CUgraph graph) noexcept {
+  try {
+    std::lock_guard lock(needs_mutex());
+    auto it = graph_needs().find(graph);
+    if (it != graph_needs().end()) exec_needs()[exec] = it->second;
+  } catch (...) {
+  }
+}
+
+bool graph_launch_reserve(const AllocationState& st, CUgraphExec exec,
+                          std::uint64_t& reserved) noexcept {
+  reserved = 0;
+  if (!g_expected.load(std::memory_order_acquire)) return true;
+  std::uint64_t need = 0;
+  {
+    std::lock_guard lock(needs_mutex());
+    auto it = exec_needs().find(exec);
+    if (it == exec_needs().end()) return true;
+    need = it->second;
+  }
   CUdevice dev = -1;
-  if (real().cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
+  const unsigned gpu = current_gpu_index(st, dev);
+  if (dev < 0 || gpu >= shm::kMaxGpus || static_cast<unsigned>(dev) >= kMaxDevices) return true;
+  std::uint64_t have = 0;
+  {
+    Guard guard;
+    have = g_charged[static_cast<unsigned>(dev)] + g_overcharged[static_cast<unsigned>(dev)];
+  }
+  if (need <= have) return true;  // the graph pool already holds enough (charged)
+  if (!reserve(st, gpu, need - have, "cuGraphLaunch (graph memory)")) return false;
+  reserved = need - have;
+  return true;
+}
+
+void graph_memory_settle(const AllocationState& st, std::uint64_t reserved) noexcept {
+  CUdevice dev = -1;
+  const unsigned gpu = current_gpu_index(st, dev);
+  if (reserved) release(st, gpu, reserved);
+  if (!g_expected.load(std::memory_order_acquire) || dev < 0) return;
   settle_device(st, dev, /*may_trim=*/true);
 }
 
@@ -99,6 +159,9 @@ void trim_graph_memory(const AllocationState& st, unsigned gpu) noexcept {
 }
 
 void graph_reset_after_fork() noexcept {
+  new (&needs_mutex()) std::mutex;
+  graph_needs().clear();
+  exec_needs().clear();
   g_lock.store(false, std::memory_order_relaxed);
   g_expected.store(false, std::memory_order_relaxed);
   for (unsigned i = 0; i < kMaxDevices; ++i) g_charged[i] = g_overcharged[i] = 0;

@@ -21,11 +21,20 @@ CUresult gated(CUstream stream, Call&& call) {
   return rc;
 }
 
+// Graph launches and uploads: reserve the graph memory the executable may
+// add first (refuse when it does not fit), settle on the real growth after.
 template <class Call>
-CUresult gated_graph(CUstream stream, Call&& call) {
-  const CUresult rc = gated(stream, call);
-  if (rc == CUDA_SUCCESS) {
-    if (const AllocationState* st = allocation_state()) graph_memory_settle(*st);
+CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
+  const AllocationState* st = allocation_state();
+  std::uint64_t reserved = 0;
+  if (st && !graph_launch_reserve(*st, exec, reserved)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult rc = gate ? gated(stream, call) : call();
+  if (st) {
+    if (rc == CUDA_SUCCESS) {
+      graph_memory_settle(*st, reserved);
+    } else if (reserved) {
+      graph_memory_settle(*st, reserved);  // returns the reservation; nothing grew
+    }
   }
   return rc;
 }
@@ -38,9 +47,11 @@ CUresult begin_capture(CUstream stream, Call&& call) {
 }
 
 template <class Call>
-CUresult end_capture(CUstream stream, Call&& call) {
+CUresult end_capture(CUstream stream, CUgraph* graph, Call&& call) {
   const CUresult rc = call();
-  capture_ended(stream);  // a failed end still ends (invalidates) the capture
+  // A failed end still ends (invalidates) the capture.
+  const std::uint64_t captured = capture_ended(stream);
+  if (rc == CUDA_SUCCESS && graph && *graph && captured) graph_add_alloc(*graph, captured);
   return rc;
 }
 
@@ -125,28 +136,25 @@ extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* lau
 
 extern "C" CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   const RealDriver& r = real();
-  return gated_graph(hStream, [&] { return r.cuGraphLaunch(hGraphExec, hStream); });
+  return graph_run(hGraphExec, hStream, true, [&] { return r.cuGraphLaunch(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   const RealDriver& r = real();
-  return gated_graph(hStream, [&] { return r.cuGraphLaunch_ptsz(hGraphExec, hStream); });
+  return graph_run(hGraphExec, hStream, true,
+                   [&] { return r.cuGraphLaunch_ptsz(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
   const RealDriver& r = real();
-  const CUresult rc = r.cuGraphUpload(hGraphExec, hStream);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    graph_memory_settle(*st);
-  return rc;
+  return graph_run(hGraphExec, hStream, false,
+                   [&] { return r.cuGraphUpload(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   const RealDriver& r = real();
-  const CUresult rc = r.cuGraphUpload_ptsz(hGraphExec, hStream);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    graph_memory_settle(*st);
-  return rc;
+  return graph_run(hGraphExec, hStream, false,
+                   [&] { return r.cuGraphUpload_ptsz(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -155,7 +163,31 @@ extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGr
   const RealDriver& r = real();
   const CUresult rc =
       r.cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-  if (rc == CUDA_SUCCESS) graph_memory_expected();
+  if (rc == CUDA_SUCCESS && nodeParams) graph_add_alloc(hGraph, nodeParams->bytesize);
+  return rc;
+}
+
+extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                unsigned long long flags) {
+  const RealDriver& r = real();
+  const CUresult rc = r.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
+  return rc;
+}
+
+extern "C" CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  const RealDriver& r = real();
+  const CUresult rc = r.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
+  return rc;
+}
+
+extern "C" CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  const RealDriver& r = real();
+  const CUresult rc = r.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
+  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
   return rc;
 }
 
@@ -208,10 +240,10 @@ extern "C" CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph h
 
 extern "C" CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   const RealDriver& r = real();
-  return end_capture(hStream, [&] { return r.cuStreamEndCapture(hStream, phGraph); });
+  return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture(hStream, phGraph); });
 }
 
 extern "C" CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   const RealDriver& r = real();
-  return end_capture(hStream, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
+  return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
 }

@@ -102,8 +102,9 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   // Under capture the call creates a graph allocation node: graph memory is
   // charged when the graph runs (cuGraphLaunch/cuGraphUpload).
   if (stream_is_capturing(stream)) {
-    graph_memory_expected();
-    return call();
+    const CUresult rc = call();
+    if (rc == CUDA_SUCCESS) capture_add_alloc(stream, bytes);
+    return rc;
   }
   if (!dptr || bytes == 0) return call();
   CUdevice dev;

@@ -74,6 +74,9 @@ namespace cushare::shim {
   X(cuGraphUpload, PFN_cuGraphUpload_v11010)                                                 \
   X(cuGraphUpload_ptsz, PFN_cuGraphUpload_v11010_ptsz)                                       \
   X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040)                               \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)                     \
+  X(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000)                   \
+  X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz)         \
   X(cuStreamBeginCapture, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000)          \
   X(cuStreamBeginCapture_ptsz, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000)     \
   X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)                                \

@@ -22,7 +22,7 @@ namespace cushare::shm {
 inline constexpr std::uint32_t kLayoutVersion = 1;
 inline constexpr std::uint32_t kMaxGpus = 16;
 inline constexpr std::uint32_t kMaxSlots = 1024;
-inline constexpr std::size_t kUuidBytes = 48;   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL
+inline constexpr std::size_t kUuidBytes = 48;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL
 inline constexpr std::size_t kAllocIdBytes = 64;
 
 // "CUSHLIMT" / "CUSHUSAG" in little-endian byte order.
@@ -44,12 +44,12 @@ enum class ComputeMode : std::uint32_t { kBurst = 0, kCapped = 1 };
 struct RegionHeader {
   std::atomic<std::uint64_t> magic;  // published last, with release
   std::uint32_t layout_version;
-  std::uint32_t header_size;         // sizeof(RegionHeader)
-  std::uint64_t total_size;          // sizeof(LimitsRegion) or sizeof(UsageRegion)
-  std::uint64_t created_unix_ns;     // CLOCK_REALTIME at creation
-  char alloc_id[kAllocIdBytes];      // NUL-terminated allocation id
-  std::uint32_t creator_pid;         // in the creator's PID namespace
-  std::uint32_t flags;               // RegionFlags
+  std::uint32_t header_size;      // sizeof(RegionHeader)
+  std::uint64_t total_size;       // sizeof(LimitsRegion) or sizeof(UsageRegion)
+  std::uint64_t created_unix_ns;  // CLOCK_REALTIME at creation
+  char alloc_id[kAllocIdBytes];   // NUL-terminated allocation id
+  std::uint32_t creator_pid;      // in the creator's PID namespace
+  std::uint32_t flags;            // RegionFlags
   std::uint8_t reserved[24];
 };
 
@@ -65,8 +65,8 @@ enum RegionFlags : std::uint32_t {
 // read-only inside the container. Quota fields may change live: writers
 // bracket updates with LimitsRegion::generation (seqlock, odd = writing).
 
-struct GpuLimits {  // 128 bytes
-  char uuid[kUuidBytes];  // immutable after creation; "" = unused entry
+struct GpuLimits {                                // 128 bytes
+  char uuid[kUuidBytes];                          // immutable after creation; "" = unused entry
   std::atomic<std::uint64_t> memory_limit_bytes;  // kUnlimited = none
   std::atomic<std::uint32_t> compute_limit_pct;   // 1..100: hard cap in capped mode
   std::atomic<std::uint32_t> weight;              // >= 1: fair-share weight
@@ -74,10 +74,11 @@ struct GpuLimits {  // 128 bytes
   std::uint32_t reserved0;
   // Lease words, written by the scheduler in the daemon only.
   std::atomic<std::uint64_t> lease_expiry_ns;  // CLOCK_MONOTONIC; may submit while now < expiry
-  std::atomic<std::uint32_t> lease_futex;      // bumped on every grant and revoke; shims FUTEX_WAIT here
-  std::atomic<std::uint32_t> lease_holder;     // 1 while this allocation holds the GPU's lease
-  std::atomic<std::uint64_t> lease_grants;     // total grants (metrics)
-  std::atomic<std::uint64_t> granted_ns;       // total lease time granted (metrics)
+  std::atomic<std::uint32_t>
+      lease_futex;  // bumped on every grant and revoke; shims FUTEX_WAIT here
+  std::atomic<std::uint32_t> lease_holder;  // 1 while this allocation holds the GPU's lease
+  std::atomic<std::uint64_t> lease_grants;  // total grants (metrics)
+  std::atomic<std::uint64_t> granted_ns;    // total lease time granted (metrics)
   // Published by the daemon for cusharectl and metrics (read-only to tenants).
   std::atomic<std::uint32_t> share_target_ppm;    // entitlement, parts per million of the GPU
   std::atomic<std::uint32_t> share_achieved_ppm;  // achieved over the last 10 s
@@ -87,9 +88,9 @@ struct GpuLimits {  // 128 bytes
 
 struct LimitsRegion {
   RegionHeader header;
-  std::atomic<std::uint64_t> generation;  // seqlock over the quota fields of gpus[]
-  std::atomic<std::uint32_t> gpu_count;   // entries in use, <= kMaxGpus
-  std::atomic<std::uint32_t> daemon_pid;  // host PID of the daemon that last ticked
+  std::atomic<std::uint64_t> generation;           // seqlock over the quota fields of gpus[]
+  std::atomic<std::uint32_t> gpu_count;            // entries in use, <= kMaxGpus
+  std::atomic<std::uint32_t> daemon_pid;           // host PID of the daemon that last ticked
   std::atomic<std::uint64_t> daemon_heartbeat_ns;  // CLOCK_MONOTONIC of its last tick; 0 = never
   std::atomic<std::uint64_t> quantum_ns;  // the daemon's lease quantum (for local fallback)
   std::uint8_t reserved[96];
@@ -103,17 +104,17 @@ struct LimitsRegion {
 struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // Ledger total: tracked bytes plus charged overhead of every live slot.
   std::atomic<std::uint64_t> used_bytes;
-  std::atomic<std::uint32_t> demand;    // threads currently waiting at the launch gate
-  std::atomic<std::uint32_t> doorbell;  // bumped when demand appears (daemon may FUTEX_WAIT)
+  std::atomic<std::uint32_t> demand;          // threads currently waiting at the launch gate
+  std::atomic<std::uint32_t> doorbell;        // bumped when demand appears (daemon may FUTEX_WAIT)
   std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission
   std::atomic<std::uint64_t> drained_ns;      // all work submitted up to this time has completed
   std::atomic<std::uint64_t> launches;
   std::atomic<std::uint64_t> throttled_launches;
-  std::atomic<std::uint64_t> throttled_ns;    // time launches spent waiting at the gate
+  std::atomic<std::uint64_t> throttled_ns;  // time launches spent waiting at the gate
   std::atomic<std::uint64_t> oom_refusals;
   std::atomic<std::uint64_t> last_oom_request_bytes;
   std::atomic<std::uint64_t> last_oom_unix_ns;
-  std::atomic<std::uint64_t> busy_ns;         // GPU time charged by the scheduler (metrics)
+  std::atomic<std::uint64_t> busy_ns;  // GPU time charged by the scheduler (metrics)
   // Launch gate: when the work submitted so far should have completed
   // (CLOCK_MONOTONIC; last submission + estimated queue). The scheduler
   // defers the next holder's grant until about then, so a long kernel's
@@ -124,19 +125,19 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
 
 enum class SlotState : std::uint32_t {
   kFree = 0,
-  kClaiming = 1,    // owner is filling identity fields
+  kClaiming = 1,  // owner is filling identity fields
   kActive = 2,
   kReclaiming = 3,  // exactly one reclaimer returns the bytes, then frees it
 };
 
-struct ProcessSlot {  // 320 bytes
+struct ProcessSlot {                       // 320 bytes
   std::atomic<std::uint32_t> state;        // SlotState
   std::atomic<std::uint32_t> pid;          // in the owner's PID namespace
   std::atomic<std::uint64_t> pidns_inode;  // st_ino of /proc/self/ns/pid
   std::atomic<std::uint64_t> start_time;   // /proc/self/stat field 22 (clock ticks after boot)
   std::atomic<std::uint32_t> host_pid;     // written by the daemon; 0 = not yet mapped
   std::atomic<std::uint32_t> reserved0;
-  std::atomic<std::uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC
+  std::atomic<std::uint64_t> heartbeat_ns;        // CLOCK_MONOTONIC
   std::atomic<std::uint64_t> bytes[kMaxGpus];     // tracked allocations
   std::atomic<std::uint64_t> overhead[kMaxGpus];  // charged context/module overhead
   std::uint8_t reserved[24];
@@ -179,7 +180,8 @@ static_assert(sizeof(LimitsRegion) == 256 + kMaxGpus * sizeof(GpuLimits));
 
 static_assert(offsetof(UsageRegion, gpus) == 256);
 static_assert(offsetof(UsageRegion, slots) == 256 + kMaxGpus * sizeof(GpuUsage));
-static_assert(sizeof(UsageRegion) == 256 + kMaxGpus * sizeof(GpuUsage) + kMaxSlots * sizeof(ProcessSlot));
+static_assert(sizeof(UsageRegion) ==
+              256 + kMaxGpus * sizeof(GpuUsage) + kMaxSlots * sizeof(ProcessSlot));
 
 static_assert(offsetof(ProcessSlot, bytes) == 40);
 static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);

@@ -177,14 +177,14 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
-    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_free(s, dptr);  // a free node
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_free(s, dptr);  // a free node
   uint64_t uncharge_bytes = 0, graph_bytes = 0;
   int device = 0;
   {
     std::lock_guard<std::mutex> guard(d.mu);
     auto it = d.regions.find(dptr);
     if (it == d.regions.end()) return CUDA_ERROR_INVALID_VALUE;
-        Region& r = it->second;
+    Region& r = it->second;
 
     if (r.kind == RegionKind::graph) {
       graph_bytes = r.size;

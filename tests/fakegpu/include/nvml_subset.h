@@ -62,7 +62,8 @@ typedef struct nvmlDevice_st* nvmlDevice_t;
 #define NVML_VALUE_NOT_AVAILABLE (-1)
 
 /* Versioned structs carry sizeof | version << 24 in their first field. */
-#define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
+#define NVML_STRUCT_VERSION(data, ver) \
+  (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
 
 typedef struct nvmlMemory_st {
   unsigned long long total;
@@ -94,8 +95,9 @@ typedef struct nvmlProcessInfo_v2_st {
 /* The _v3 process queries fill this (same layout as v2). */
 typedef struct nvmlProcessInfo_st {
   unsigned int pid;
-  unsigned long long usedGpuMemory; /* bytes, context included; NVML_VALUE_NOT_AVAILABLE if unknown */
-  unsigned int gpuInstanceId;       /* 0xFFFFFFFF when not MIG */
+  unsigned long long
+      usedGpuMemory;          /* bytes, context included; NVML_VALUE_NOT_AVAILABLE if unknown */
+  unsigned int gpuInstanceId; /* 0xFFFFFFFF when not MIG */
   unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
@@ -160,29 +162,39 @@ nvmlReturn_t DECLDIR nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned
 nvmlReturn_t DECLDIR nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
 nvmlReturn_t DECLDIR nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minorNumber);
 nvmlReturn_t DECLDIR nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci);
-nvmlReturn_t DECLDIR nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor);
+nvmlReturn_t DECLDIR nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
+                                                        int* minor);
 nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
 nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
-nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                          unsigned int* infoCount,
                                                           nvmlProcessInfo_v1_t* infos);
-nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                             unsigned int* infoCount,
                                                              nvmlProcessInfo_v2_t* infos);
-nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                             unsigned int* infoCount,
                                                              nvmlProcessInfo_t* infos);
-nvmlReturn_t DECLDIR nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+nvmlReturn_t DECLDIR nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+                                                              unsigned int* infoCount,
                                                               nvmlProcessInfo_t* infos);
-nvmlReturn_t DECLDIR nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+nvmlReturn_t DECLDIR nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                unsigned int* infoCount,
                                                                 nvmlProcessInfo_t* infos);
-nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
-nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                   nvmlUtilization_t* utilization);
+nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                     nvmlProcessUtilizationSample_t* utilization,
                                                      unsigned int* processSamplesCount,
                                                      unsigned long long lastSeenTimeStamp);
 
 nvmlReturn_t DECLDIR nvmlEventSetCreate(nvmlEventSet_t* set);
 nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                               nvmlEventSet_t set);
-nvmlReturn_t DECLDIR nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes);
-nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
+nvmlReturn_t DECLDIR nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                      unsigned long long* eventTypes);
+nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                         unsigned int timeoutms);
 nvmlReturn_t DECLDIR nvmlEventSetFree(nvmlEventSet_t set);
 
 #ifdef __cplusplus

@@ -2,6 +2,8 @@
  * Weak fallbacks: every driver export fakegpu does not implement returns
  * CUDA_ERROR_NOT_SUPPORTED (801); a real definition elsewhere in the
  * library overrides the weak one at link time. */
+/* One generated stub per line, kept greppable. */
+// clang-format off
 int fakegpu_unsupported(const char *name);
 __attribute__((weak, visibility("default"))) int cuArray3DCreate(void) { return fakegpu_unsupported("cuArray3DCreate"); }
 __attribute__((weak, visibility("default"))) int cuArray3DCreate_v2(void) { return fakegpu_unsupported("cuArray3DCreate_v2"); }

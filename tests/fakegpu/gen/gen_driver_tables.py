@@ -59,6 +59,7 @@ with open(f"{outdir}/unsupported_stubs.c", "w") as f:
             " * Weak fallbacks: every driver export fakegpu does not implement returns\n"
             " * CUDA_ERROR_NOT_SUPPORTED (801); a real definition elsewhere in the\n"
             " * library overrides the weak one at link time. */\n")
+    f.write("/* One generated stub per line, kept greppable. */\n// clang-format off\n")
     f.write("int fakegpu_unsupported(const char *name);\n")
     for s in symbols:
         f.write(f'__attribute__((weak, visibility(\"default\"))) int {s}(void) {{ return fakegpu_unsupported("{s}"); }}\n')

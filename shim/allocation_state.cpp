@@ -188,7 +188,8 @@ CUresult initialize_locked() {
   try {
     std::error_code ec;
     if (fs::exists(limits_path, ec)) {
-      h.limits.emplace(shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly));
+      h.limits.emplace(
+          shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly, shm::kDefaultPublishWait));
       warn_on_disagreement(h.limits->region(), *spec, limits_path);
     } else {
       fs::create_directories(dir, ec);
@@ -219,7 +220,8 @@ CUresult initialize_locked() {
     }
     const auto gpu_count = h.limits->region().gpu_count.load(std::memory_order_acquire);
     if (fs::exists(usage_path, ec)) {
-      h.usage.emplace(shm::UsageMapping::open(usage_path, shm::Access::kReadWrite));
+      h.usage.emplace(
+          shm::UsageMapping::open(usage_path, shm::Access::kReadWrite, shm::kDefaultPublishWait));
     } else {
       shm::RegionCreateOptions opts;
       opts.alloc_id = h.limits->region().header.alloc_id;

@@ -173,9 +173,14 @@ RegionMapping<Region> RegionMapping<Region>::create(const std::filesystem::path&
 
 template <class Region>
 RegionMapping<Region> RegionMapping<Region>::open(const std::filesystem::path& fs_path,
-                                                  Access access) {
+                                                  Access access, std::chrono::milliseconds wait) {
   const std::string path = fs_path.string();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   OpenAttempt a = try_open<Region>(path, access);
+  while (a.failure && a.unpublished && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    a = try_open<Region>(path, access);
+  }
   if (a.failure) throw RegionError(a.failure->code, path, a.failure->detail);
   auto impl = std::make_unique<Impl>();
   impl->region = std::move(*a.region);

@@ -45,8 +45,11 @@ class RegionMapping {
   static RegionMapping create(const std::filesystem::path& path, const RegionCreateOptions& opts,
                               const Fill& fill = {});
 
-  // Opens and validates an existing region.
-  static RegionMapping open(const std::filesystem::path& path, Access access);
+  // Opens and validates an existing region. With `wait` > 0 a file that is
+  // there but not yet published (a racing creator is still filling it) is
+  // retried until it is or `wait` has passed; otherwise it is kBadMagic at once.
+  static RegionMapping open(const std::filesystem::path& path, Access access,
+                            std::chrono::milliseconds wait = std::chrono::milliseconds{0});
 
   // Standalone mode: exactly one of several racing processes creates the file
   // (created() == true), the others open it, waiting up to `wait` for the

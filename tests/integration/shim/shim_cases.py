@@ -244,6 +244,20 @@ def case_two_processes_share(h):
         holder.wait()
 
 
+def case_creation_race(h):
+    """Processes starting at once in an empty allocation folder: one creates the
+    regions, the others wait for it to publish them; every one of them runs."""
+    for rnd in range(40):
+        run_dir = os.path.join(h.tmp, f"race{rnd}")
+        extra = dict(QUOTA, CUSHARE_RUN_DIR=run_dir, FAKEGPU_CONTEXT_OVERHEAD="64Mi")
+        procs = [subprocess.Popen([os.path.join(h.a.samples_dir, "alloc_probe"), "--max", "64Mi"],
+                                  env=h.env(extra), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(12)]
+        for p in procs:
+            out, err = p.communicate(timeout=30)
+            check(p.returncode == 0, f"round {rnd}: a racing process failed ({p.returncode}): {err}")
+
+
 def case_race_and_kill(h):
     """8 processes x 4 threads racing: never above the quota; kill -9 returns bytes."""
     quota = 8 * GI
@@ -492,6 +506,7 @@ CASES = {
     "dlsym_hook_neutral": case_dlsym_hook_neutral,
     "two_processes_share": case_two_processes_share,
     "race_and_kill": case_race_and_kill,
+    "creation_race": case_creation_race,
     "two_allocations": case_two_allocations_independent,
     "bad_env": case_bad_env,
     "bad_regions": case_bad_regions,

@@ -239,6 +239,34 @@ TEST(ShmRegionFile, OpenOrCreateWaitsForPublisherThenGivesUp) {
   EXPECT_EQ(e.code(), RegionErrorCode::kTruncated);
 }
 
+// A process that finds the file already there (the shim's open path) while
+// its creator is still filling it waits for the magic instead of failing.
+TEST(ShmRegionFile, OpenWithWaitSeesALatePublisher) {
+  TempDir dir;
+  const auto path = dir / "usage";
+  { UsageMapping::create(path, {"a"}); }
+  const std::uint64_t zero = 0;
+  poke(path, 0, &zero, 8);
+  auto e = catch_region_error([&] { UsageMapping::open(path, Access::kReadOnly); });
+  EXPECT_EQ(e.code(), RegionErrorCode::kBadMagic);  // no wait: at once
+
+  const pid_t publisher = test::fork_child([&] {
+    usleep(20000);
+    poke(path, 0, &kUsageMagic, 8);
+    return 0;
+  });
+  auto m = UsageMapping::open(path, Access::kReadOnly, std::chrono::seconds(30));
+  EXPECT_FALSE(m.created());
+  EXPECT_EQ(test::wait_child(publisher), 0);
+
+  poke(path, 0, &zero, 8);
+  const auto t0 = std::chrono::steady_clock::now();
+  e = catch_region_error(
+      [&] { UsageMapping::open(path, Access::kReadOnly, std::chrono::milliseconds(30)); });
+  EXPECT_EQ(e.code(), RegionErrorCode::kBadMagic);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));
+}
+
 TEST(ShmRegionFile, ValidateHeaderPure) {
   HeaderFields ok{kLimitsMagic, kLayoutVersion, sizeof(RegionHeader), sizeof(LimitsRegion)};
   EXPECT_FALSE(validate_region_header(RegionKind::kLimits, ok, sizeof(LimitsRegion)));

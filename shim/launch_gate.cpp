@@ -22,10 +22,7 @@ namespace {
 
 using gate::monotonic_now_ns;
 
-// Queued work a process may keep ahead of the GPU, measured as the age of
-// the oldest launch not known complete. Enough to ride out short CPU stalls;
-// small enough that the work stops close to the lease's end.
-constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
+using gate::kQueueHorizonNs;
 // A daemon whose heartbeat is older than this is gone: leases are no longer
 // handed out, so capped allocations fall back to a local duty cycle.
 constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
@@ -177,13 +174,10 @@ void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
   const AllocationState* st = allocation_state();
   if (!st) return;
   shm::GpuUsage& gu = st->usage->gpus[gpu];
-  gu.launches.fetch_add(1, std::memory_order_relaxed);
   gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
-  gate::GpuTracker& tr = gate::tracker(gpu);
-  tr.on_launch(stream, t_gate.now, gu);
-  // Tell the scheduler when this work should be done (see GpuUsage).
-  gu.expected_drain_ns.store(t_gate.now + tr.queued_estimate_ns(t_gate.now, kQueueHorizonNs),
-                             std::memory_order_relaxed);
+  // The launch counter and expected_drain_ns are published per batch (see
+  // GpuTracker::record_locked), keeping shared cache lines off the fast path.
+  gate::tracker(gpu).on_launch(stream, t_gate.now, gu);
 }
 
 }  // namespace cushare::shim

@@ -74,6 +74,7 @@ void GpuTracker::reset_after_fork() noexcept {
   last_completion_atomic_.store(0);
   tail_first_ns_.store(0);
   recorded_count_.store(0);
+  published_launches_ = 0;
   tail_last_ns_.store(0);
   tail_stream_.store(nullptr);
   since_record_.store(0);
@@ -96,7 +97,9 @@ void GpuTracker::on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
   }
   tail_last_ns_.store(now, std::memory_order_relaxed);
   tail_stream_.store(stream, std::memory_order_relaxed);
-  const std::uint32_t n = since_record_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Load + store, not an RMW: racing launchers at worst delay a record.
+  const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
+  since_record_.store(n, std::memory_order_relaxed);
   if (n < kRecordEvery && now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs)
       [[likely]] {
     return;
@@ -105,7 +108,7 @@ void GpuTracker::on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
   {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock.owns_lock()) return;  // another thread is recording right now
-    record_locked(stream, now);
+    record_locked(stream, now, &usage);
   }
   ensure_poller(usage);
   if (poller_idle_.load(std::memory_order_acquire)) {
@@ -114,7 +117,7 @@ void GpuTracker::on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
   }
 }
 
-void GpuTracker::record_locked(CUstream stream, std::uint64_t now) noexcept {
+void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept {
   const std::uint64_t end = submitted_.load(std::memory_order_acquire);
   if (end <= recorded_count_.load(std::memory_order_relaxed)) return;  // nothing unrecorded
   std::uint64_t first = tail_first_ns_.load(std::memory_order_acquire);
@@ -141,6 +144,14 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now) noexcept {
                       .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed)});
   if (batches_.size() == 1) oldest_batch_ns_.store(first, std::memory_order_release);
   recorded_count_.store(end, std::memory_order_release);
+  if (usage) {
+    // Per-batch publication for the daemon and metrics: launches so far, and
+    // when the work submitted so far should be done (see GpuUsage).
+    usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
+    published_launches_ = end;
+    usage->expected_drain_ns.store(now + queued_estimate_ns(now, kQueueHorizonNs),
+                                   std::memory_order_relaxed);
+  }
   // A launch racing this record keeps its own tail mark (the CAS fails);
   // either way the counts, not this mark, decide what is pending.
   std::uint64_t expected = tail_first;
@@ -202,7 +213,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     {
       std::lock_guard lock(mu_);
       if (has_tail() && !stream_is_capturing(stream)) {
-        record_locked(stream, monotonic_now_ns());
+        record_locked(stream, monotonic_now_ns(), &usage);
       }
     }
     ensure_poller(usage);
@@ -218,7 +229,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
   {
     std::lock_guard lock(mu_);
     if (batches_.empty() && !stream_is_capturing(stream)) {
-      record_locked(stream, monotonic_now_ns());
+      record_locked(stream, monotonic_now_ns(), &usage);
     }
     if (!batches_.empty()) ev = batches_.front().event;
   }
@@ -266,7 +277,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
       if (now >= due) {
         CUstream s = tail_stream_.load(std::memory_order_relaxed);
         std::lock_guard lock(mu_);
-        if (!stream_is_capturing(s)) record_locked(s, now);
+        if (!stream_is_capturing(s)) record_locked(s, now, usage);
         if (batches_.empty()) {
           // Could not record (capture in progress): look again shortly.
         } else {

@@ -21,7 +21,13 @@
 
 namespace cushare::shim::gate {
 
-inline constexpr std::uint32_t kRecordEvery = 32;            // launches per batch at most
+// Queued work a process may keep ahead of the GPU (estimated GPU time of the
+// launches not known complete). Enough to ride out short CPU stalls; small
+// enough that the work stops close to the lease's end.
+inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
+// Before the first measured batch: at most this many launches in flight.
+inline constexpr std::uint64_t kBootstrapPending = 2;
+inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
 inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
 
 struct Batch {
@@ -35,13 +41,13 @@ class GpuTracker {
  public:
   // Fast path: GPU time of the work launched and not known complete,
   // estimated as pending launches x the measured GPU time per launch (before
-  // the first measurement: one batch's worth counts as the whole horizon).
+  // the first measurement: kBootstrapPending launches count as the whole horizon).
   std::uint64_t queued_estimate_ns(std::uint64_t now, std::uint64_t horizon_ns) const noexcept {
     const std::uint64_t pending =
         submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
     if (pending == 0) return 0;
     const std::uint64_t per = per_launch_ns_.load(std::memory_order_relaxed);
-    if (per == 0) return pending >= kRecordEvery ? horizon_ns + 1 : 1;
+    if (per == 0) return pending >= kBootstrapPending ? horizon_ns + 1 : 1;
     // The GPU has been working through the queue since the last completion
     // we saw (or since the oldest pending launch, if it came later).
     std::uint64_t since = last_completion_atomic_.load(std::memory_order_relaxed);
@@ -76,17 +82,18 @@ class GpuTracker {
   void reset_after_fork() noexcept;
 
  private:
-  void record_locked(CUstream stream, std::uint64_t now) noexcept;
+  void record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept;
   void ensure_poller(shm::GpuUsage& usage) noexcept;
   void poll_loop(shm::GpuUsage* usage) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t now, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
 
-  std::atomic<std::uint64_t> submitted_{0};               // launches forwarded by this process
-  std::atomic<std::uint64_t> completed_{0};               // of those, known complete
-  std::atomic<std::uint64_t> recorded_count_{0};          // of those, covered by a recorded event
-  std::atomic<std::uint64_t> per_launch_ns_{0};           // EMA of GPU time per launch
-  std::uint64_t last_completion_ns_ = 0;                  // under mu_
+  std::atomic<std::uint64_t> submitted_{0};       // launches forwarded by this process
+  std::atomic<std::uint64_t> completed_{0};       // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
+  std::uint64_t published_launches_ = 0;          // under mu_: launches added to usage.launches
+  std::uint64_t last_completion_ns_ = 0;          // under mu_
   std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
   std::atomic<std::uint64_t> oldest_batch_ns_{0};  // first submit of the oldest recorded batch
   std::atomic<std::uint64_t> tail_first_ns_{0};    // first unrecorded launch (0: none)

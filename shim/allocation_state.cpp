@@ -16,6 +16,7 @@
 #include "shim/logging.hpp"
 #include "shim/real_driver.hpp"
 #include "shim/shim_env.hpp"
+#include "shim/visible_devices.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
 #include "shm/quota_spec.hpp"
@@ -133,6 +134,65 @@ std::optional<unsigned> claim_own_slot(shm::UsageRegion& usage, std::string& err
   return slot;
 }
 
+// Opens the allocation's regions into `h`, creating them from `spec` when
+// the run dir has none yet (standalone). Another process may be creating
+// them right now: opening waits for it to publish. Returns why it failed.
+std::optional<std::string> open_regions_locked(Holder& h, const fs::path& dir,
+                                               const std::vector<shm::GpuQuotaSpec>& spec) {
+  const fs::path limits_path = dir / "limits";
+  const fs::path usage_path = dir / "usage";
+  try {
+    std::error_code ec;
+    if (fs::exists(limits_path, ec)) {
+      h.limits.emplace(
+          shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly, shm::kDefaultPublishWait));
+      warn_on_disagreement(h.limits->region(), spec, limits_path);
+    } else {
+      fs::create_directories(dir, ec);
+      if (ec) {
+        return "cannot create the run dir " + dir.string() + " (CUSHARE_RUN_DIR): " + ec.message();
+      }
+      shm::RegionCreateOptions opts;
+      opts.alloc_id = "standalone-" + std::to_string(getuid());
+      opts.flags = shm::kCreatedStandalone;
+      h.limits.emplace(
+          shm::LimitsMapping::open_or_create(limits_path, opts, [&spec](shm::LimitsRegion& region) {
+            for (unsigned i = 0; i < spec.size(); ++i) {
+              shm::GpuLimitsSnapshot v;
+              v.memory_limit_bytes = spec[i].memory_limit_bytes;
+              v.compute_limit_pct = spec[i].compute_limit_pct;
+              v.weight = spec[i].weight;
+              v.mode = spec[i].mode;
+              shm::init_gpu_entry(region, i, spec[i].uuid, v);
+            }
+          }));
+      if (h.limits->created()) {
+        log().info("standalone: created {} from the environment", limits_path.string());
+      } else {
+        warn_on_disagreement(h.limits->region(), spec, limits_path);
+      }
+    }
+    const auto gpu_count = h.limits->region().gpu_count.load(std::memory_order_acquire);
+    if (fs::exists(usage_path, ec)) {
+      h.usage.emplace(
+          shm::UsageMapping::open(usage_path, shm::Access::kReadWrite, shm::kDefaultPublishWait));
+    } else {
+      shm::RegionCreateOptions opts;
+      opts.alloc_id = h.limits->region().header.alloc_id;
+      opts.flags = shm::kCreatedStandalone;
+      h.usage.emplace(shm::UsageMapping::open_or_create(
+          usage_path, opts, [gpu_count](shm::UsageRegion& region) {
+            region.gpu_count.store(gpu_count, std::memory_order_relaxed);
+          }));
+    }
+  } catch (const std::exception& e) {
+    h.limits.reset();
+    h.usage.reset();
+    return std::string("cannot use the allocation's regions: ") + e.what();
+  }
+  return std::nullopt;
+}
+
 CUresult initialize_locked() {
   auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
                            fs::is_directory(kDefaultRunDir));
@@ -183,59 +243,12 @@ CUresult initialize_locked() {
   if (!spec) return fail_closed(spec.error());
 
   const fs::path dir = env->run_dir;
-  const fs::path limits_path = dir / "limits";
-  const fs::path usage_path = dir / "usage";
-  try {
-    std::error_code ec;
-    if (fs::exists(limits_path, ec)) {
-      h.limits.emplace(
-          shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly, shm::kDefaultPublishWait));
-      warn_on_disagreement(h.limits->region(), *spec, limits_path);
-    } else {
-      fs::create_directories(dir, ec);
-      if (ec) {
-        return fail_closed("cannot create the run dir " + dir.string() +
-                           " (CUSHARE_RUN_DIR): " + ec.message());
-      }
-      shm::RegionCreateOptions opts;
-      opts.alloc_id = "standalone-" + std::to_string(getuid());
-      opts.flags = shm::kCreatedStandalone;
-      const auto& specs = *spec;
-      h.limits.emplace(shm::LimitsMapping::open_or_create(
-          limits_path, opts, [&specs](shm::LimitsRegion& region) {
-            for (unsigned i = 0; i < specs.size(); ++i) {
-              shm::GpuLimitsSnapshot v;
-              v.memory_limit_bytes = specs[i].memory_limit_bytes;
-              v.compute_limit_pct = specs[i].compute_limit_pct;
-              v.weight = specs[i].weight;
-              v.mode = specs[i].mode;
-              shm::init_gpu_entry(region, i, specs[i].uuid, v);
-            }
-          }));
-      if (h.limits->created()) {
-        log().info("standalone: created {} from the environment", limits_path.string());
-      } else {
-        warn_on_disagreement(h.limits->region(), *spec, limits_path);
-      }
-    }
-    const auto gpu_count = h.limits->region().gpu_count.load(std::memory_order_acquire);
-    if (fs::exists(usage_path, ec)) {
-      h.usage.emplace(
-          shm::UsageMapping::open(usage_path, shm::Access::kReadWrite, shm::kDefaultPublishWait));
-    } else {
-      shm::RegionCreateOptions opts;
-      opts.alloc_id = h.limits->region().header.alloc_id;
-      opts.flags = shm::kCreatedStandalone;
-      h.usage.emplace(shm::UsageMapping::open_or_create(
-          usage_path, opts, [gpu_count](shm::UsageRegion& region) {
-            region.gpu_count.store(gpu_count, std::memory_order_relaxed);
-          }));
-    }
-  } catch (const std::exception& e) {
-    h.limits.reset();
-    h.usage.reset();
-    return fail_closed(std::string("cannot use the allocation's regions: ") + e.what());
+  if (h.limits && h.usage) {  // an NVML query of this process opened them already
+    warn_on_disagreement(h.limits->region(), *spec, h.limits->path());
+  } else if (auto why = open_regions_locked(h, dir, *spec)) {
+    return fail_closed(*why);
   }
+  const fs::path usage_path = h.usage->path();
 
   std::string error;
   auto slot = claim_own_slot(h.usage->mutable_region(), error);
@@ -296,27 +309,103 @@ CUresult ensure_initialized() noexcept {
   }
 }
 
+namespace {
+
+// The GPUs CUDA would show this process, learnt through NVML (whose caller
+// has initialised it): physical order filtered and ordered by
+// CUDA_VISIBLE_DEVICES, so index-keyed quota variables mean what they mean
+// under CUDA.
+using GpuList = shm::Parsed<std::vector<shm::VisibleGpu>>;
+
+GpuList nvml_visible_gpus() {
+  const RealNvml& n = real_nvml();
+  if (!n.library_loaded || !n.nvmlDeviceGetCount_v2 || !n.nvmlDeviceGetHandleByIndex_v2 ||
+      !n.nvmlDeviceGetUUID || !n.nvmlDeviceGetMemoryInfo) {
+    return GpuList::fail("libnvidia-ml.so.1 lacks a function the shim needs to list the GPUs");
+  }
+  unsigned count = 0;
+  if (nvml::Return rc = n.nvmlDeviceGetCount_v2(&count); rc != nvml::kSuccess) {
+    return GpuList::fail("nvmlDeviceGetCount_v2 failed with NVML error " + std::to_string(rc));
+  }
+  std::vector<std::string> uuids;
+  std::vector<std::uint64_t> totals;
+  for (unsigned i = 0; i < count; ++i) {
+    nvml::Device dev = nullptr;
+    char uuid[nvml::kDeviceUuidBufferSize] = {};
+    nvml::Memory mem{};
+    if (n.nvmlDeviceGetHandleByIndex_v2(i, &dev) != nvml::kSuccess ||
+        n.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != nvml::kSuccess ||
+        n.nvmlDeviceGetMemoryInfo(dev, &mem) != nvml::kSuccess) {
+      return GpuList::fail("cannot read GPU " + std::to_string(i) + " through NVML");
+    }
+    uuids.emplace_back(uuid);
+    totals.push_back(mem.total);
+  }
+  std::vector<shm::VisibleGpu> gpus;
+  for (unsigned physical : cuda_visible_order(std::getenv("CUDA_VISIBLE_DEVICES"), uuids)) {
+    gpus.push_back({static_cast<unsigned>(gpus.size()), uuids[physical], totals[physical]});
+  }
+  return GpuList::ok(std::move(gpus));
+}
+
+enum class NvmlViewState : int { kUnknown, kReady, kNone, kFailed };
+std::atomic<NvmlViewState> g_nvml_view{NvmlViewState::kUnknown};
+
+// Called with init_mutex held, before CUDA is initialised.
+NvmlViewState open_regions_for_nvml() {
+  auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
+                           fs::is_directory(kDefaultRunDir));
+  if (!env) {
+    log().error("NVML memory figures unavailable: {}", env.error());
+    return NvmlViewState::kFailed;
+  }
+  if (env->disabled) return NvmlViewState::kNone;
+  auto gpus = nvml_visible_gpus();
+  if (!gpus) {
+    log().error("NVML memory figures unavailable: {}", gpus.error());
+    return NvmlViewState::kFailed;
+  }
+  auto spec = shm::quota_spec_from_env(shm::process_env(), *gpus);
+  if (!spec) {
+    log().error("NVML memory figures unavailable: {}", spec.error());
+    return NvmlViewState::kFailed;
+  }
+  if (auto why = open_regions_locked(holder(), env->run_dir, *spec)) {
+    log().error("NVML memory figures unavailable: {}", *why);
+    return NvmlViewState::kFailed;
+  }
+  return NvmlViewState::kReady;
+}
+
+}  // namespace
+
 RegionView region_view() noexcept {
   if (const AllocationState* st = allocation_state()) return {st->limits, st->usage};
-  static const RegionView view = []() -> RegionView {
+  NvmlViewState state = g_nvml_view.load(std::memory_order_acquire);
+  if (state == NvmlViewState::kUnknown) {
     try {
-      auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
-                               fs::is_directory(kDefaultRunDir));
-      if (!env || env->disabled) return {};
-      const fs::path dir = env->run_dir;
-      std::error_code ec;
-      if (!fs::exists(dir / "limits", ec) || !fs::exists(dir / "usage", ec)) return {};
-      static auto* limits =
-          new shm::LimitsMapping(shm::LimitsMapping::open(dir / "limits", shm::Access::kReadOnly));
-      static auto* usage =
-          new shm::UsageMapping(shm::UsageMapping::open(dir / "usage", shm::Access::kReadOnly));
-      return {&limits->region(), &usage->region()};
+      std::lock_guard lock(init_mutex());
+      if (const AllocationState* st = allocation_state()) return {st->limits, st->usage};
+      state = g_nvml_view.load(std::memory_order_relaxed);
+      if (state == NvmlViewState::kUnknown) {
+        Holder& h = holder();
+        state = h.limits && h.usage ? NvmlViewState::kReady : open_regions_for_nvml();
+        g_nvml_view.store(state, std::memory_order_release);
+      }
     } catch (const std::exception& e) {
-      log().error("NVML: cannot read the allocation's regions: {}", e.what());
-      return {};
+      log().error("NVML memory figures unavailable: {}", e.what());
+      state = NvmlViewState::kFailed;
+      g_nvml_view.store(state, std::memory_order_release);
     }
-  }();
-  return view;
+  }
+  switch (state) {
+    case NvmlViewState::kReady:
+      return {&holder().limits->region(), &holder().usage->region(), false};
+    case NvmlViewState::kFailed:
+      return {nullptr, nullptr, true};
+    default:
+      return {};
+  }
 }
 
 unsigned current_gpu_index(const AllocationState& st, CUdevice& device) noexcept {

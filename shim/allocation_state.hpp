@@ -98,11 +98,16 @@ inline std::uint64_t memory_limit(const AllocationState& st, unsigned gpu) noexc
 
 // The allocation's regions for NVML hooks, which may run in processes that
 // never initialise CUDA (nvidia-smi): the active state's regions, else the
-// run dir's existing files opened read-only (once). Null members: no regions
-// (standalone and nothing created yet): NVML then reports the real figures.
+// run dir's, opened on the first NVML query (and, standalone, created from
+// the environment with the GPUs NVML lists, filtered by
+// CUDA_VISIBLE_DEVICES), exactly as cuInit would. Null members: the shim is
+// disabled (NVML reports the real figures). `failed`: the environment or
+// the regions are unusable; NVML memory queries then fail rather than show
+// a GPU the quota does not give.
 struct RegionView {
   const shm::LimitsRegion* limits = nullptr;
   const shm::UsageRegion* usage = nullptr;
+  bool failed = false;
 };
 RegionView region_view() noexcept;
 

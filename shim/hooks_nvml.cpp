@@ -1,8 +1,9 @@
 // NVML virtualisation: memory figures of the quota view (memory_view.hpp),
 // and compute-process lists filtered to this allocation's processes (by host
 // PID when the daemon has recorded it, else by PID: correct outside PID
-// namespaces). Devices outside the allocation and processes without regions
-// see the real figures.
+// namespaces). Devices outside the allocation and a disabled shim see the
+// real figures; an unusable environment or region makes memory queries
+// fail (NVML_ERROR_UNKNOWN, the reason logged) rather than show a whole GPU.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,11 +21,13 @@ struct GpuView {
   const shm::LimitsRegion* limits = nullptr;
   const shm::UsageRegion* usage = nullptr;
   unsigned gpu = kNoGpu;
+  bool failed = false;  // no usable quota (logged): memory queries fail closed
 };
 
 GpuView view_of(nvml::Device dev) {
   const RegionView rv = region_view();
   const RealNvml& n = real_nvml();
+  if (rv.failed) return {.failed = true};
   if (!rv.limits || !rv.usage || !n.nvmlDeviceGetUUID) return {};
   char uuid[nvml::kDeviceUuidBufferSize] = {};
   if (n.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != nvml::kSuccess) return {};
@@ -90,6 +93,10 @@ extern "C" nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device device, nvml::Memor
   const nvml::Return rc = n.nvmlDeviceGetMemoryInfo(device, memory);
   if (rc != nvml::kSuccess || !memory) return rc;
   const GpuView g = view_of(device);
+  if (g.failed) {
+    *memory = {};  // not the physical figures either
+    return nvml::kErrorUnknown;
+  }
   if (!g.limits) return rc;
   const MemoryView v = quota_view(g, memory->total, memory->free);
   memory->total = v.total;
@@ -104,6 +111,10 @@ extern "C" nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device device, nvml::Me
   const nvml::Return rc = n.nvmlDeviceGetMemoryInfo_v2(device, memory);
   if (rc != nvml::kSuccess || !memory) return rc;
   const GpuView g = view_of(device);
+  if (g.failed) {
+    memory->total = memory->reserved = memory->free = memory->used = 0;
+    return nvml::kErrorUnknown;
+  }
   if (!g.limits) return rc;
   const MemoryView v = quota_view(g, memory->total, memory->free);
   memory->total = v.total;

@@ -126,6 +126,8 @@ using Init = nvml::Return (*)();
 using Shutdown = nvml::Return (*)();
 using GetUuid = nvml::Return (*)(nvml::Device, char*, unsigned int);
 using GetHandleByUuid = nvml::Return (*)(const char*, nvml::Device*);
+using GetCount = nvml::Return (*)(unsigned int*);
+using GetHandleByIndex = nvml::Return (*)(unsigned int, nvml::Device*);
 }  // namespace nvml_pfn
 
 #define CUSHARE_HOOKED_NVML_FUNCTIONS(X)                                              \
@@ -135,11 +137,13 @@ using GetHandleByUuid = nvml::Return (*)(const char*, nvml::Device*);
   X(nvmlDeviceGetComputeRunningProcesses_v2, ::cushare::shim::nvml_pfn::GetProcesses) \
   X(nvmlDeviceGetComputeRunningProcesses_v3, ::cushare::shim::nvml_pfn::GetProcesses)
 
-#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                \
-  X(nvmlInit_v2, ::cushare::shim::nvml_pfn::Init)          \
-  X(nvmlShutdown, ::cushare::shim::nvml_pfn::Shutdown)     \
-  X(nvmlDeviceGetUUID, ::cushare::shim::nvml_pfn::GetUuid) \
-  X(nvmlDeviceGetHandleByUUID, ::cushare::shim::nvml_pfn::GetHandleByUuid)
+#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                                \
+  X(nvmlInit_v2, ::cushare::shim::nvml_pfn::Init)                          \
+  X(nvmlShutdown, ::cushare::shim::nvml_pfn::Shutdown)                     \
+  X(nvmlDeviceGetUUID, ::cushare::shim::nvml_pfn::GetUuid)                 \
+  X(nvmlDeviceGetHandleByUUID, ::cushare::shim::nvml_pfn::GetHandleByUuid) \
+  X(nvmlDeviceGetCount_v2, ::cushare::shim::nvml_pfn::GetCount)            \
+  X(nvmlDeviceGetHandleByIndex_v2, ::cushare::shim::nvml_pfn::GetHandleByIndex)
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

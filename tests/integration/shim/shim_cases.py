@@ -110,7 +110,7 @@ class Harness:
                            timeout=timeout)
         if expect_rc is not None and p.returncode != expect_rc:
             raise Failure(f"{cmd} exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
-        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        lines = [l for l in p.stdout.splitlines() if l.startswith(("{", "["))]
         out = json.loads(lines[-1]) if lines else None
         return out, p.stderr
 
@@ -459,6 +459,62 @@ def case_nvml(h):
     check(out["pids"] == [out["self"]], f"process list {out['pids']} != [self]")
 
 
+# An NVML-only program (what nvidia-smi is): ctypes under the preloaded shim,
+# so the symbols come through the shim's dlsym hook. Prints, per NVML device,
+# [status, total] of nvmlDeviceGetMemoryInfo.
+NVML_ONLY = r"""
+import ctypes, json
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+class Mem(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+assert lib.nvmlInit_v2() == 0
+n = ctypes.c_uint()
+assert lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
+out = []
+for i in range(n.value):
+    d = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(d)) == 0
+    m = Mem()
+    rc = lib.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m))
+    out.append([rc, m.total, m.free + m.used])
+print(json.dumps(out))
+"""
+
+
+def case_nvml_first(h):
+    """NVML before (or without) any CUDA call, as nvidia-smi does: the quota view
+    from the first query, the regions created as cuInit would create them."""
+    def nvml_only(extra, expect_rc=0):
+        return h.run(["/usr/bin/python3", "-c", NVML_ONLY], extra, expect_rc)
+
+    # A fresh standalone allocation: the first NVML query creates the regions.
+    out, _ = nvml_only(QUOTA)
+    check(out == [[0, 4 * GI, 4 * GI]], f"nvml-only, fresh run dir: {out}")
+    check(limit_of(h.run_dir) == 4 * GI, "the limits region created by the NVML query")
+    probe, _ = h.alloc_probe("--step", "256Mi", extra=QUOTA)  # then CUDA, same allocation
+    check_fill(h, probe, 4 * GI, 256 * MI, "CUDA after an NVML-only process")
+
+    # Quotas keyed by CUDA ordinal follow CUDA_VISIBLE_DEVICES, not NVML's order.
+    two = {"FAKEGPU_DEVICES": "A100:40Gi:108;H100:80Gi:132", "CUDA_VISIBLE_DEVICES": "1",
+           "CUSHARE_MEMORY_LIMIT_0": "2Gi", "CUSHARE_RUN_DIR": os.path.join(h.tmp, "two"),
+           "FAKEGPU_STATE": os.path.join(h.tmp, "two.state")}
+    out, _ = nvml_only(two)
+    check(out == [[0, 40 * GI, 40 * GI], [0, 2 * GI, 2 * GI]],
+          f"CUDA_VISIBLE_DEVICES=1 with CUSHARE_MEMORY_LIMIT_0=2Gi: {out}")
+
+    # A malformed quota: memory queries fail (and say why); nothing is created.
+    bad_dir = os.path.join(h.tmp, "bad")
+    out, err = nvml_only({"CUSHARE_MEMORY_LIMIT": "4Gx", "CUSHARE_RUN_DIR": bad_dir})
+    check(out == [[999, 0, 0]], f"malformed quota: {out}")
+    check("CUSHARE_MEMORY_LIMIT" in err, f"the log names the variable: {err}")
+    check(not os.path.exists(os.path.join(bad_dir, "limits")), "no region for a bad quota")
+
+    # Disabled: the real figures.
+    out, _ = nvml_only({"CUSHARE_DISABLE": "1", "CUSHARE_RUN_DIR": os.path.join(h.tmp, "off")})
+    check(out == [[0, 80 * GI, 80 * GI]], f"CUSHARE_DISABLE=1: {out}")
+
+
 def case_path_mipmap(h):
     """Mipmapped arrays: charged (driver's requirement), refused at the quota, returned."""
     out, _ = h.probe("--mode", "mipmap", extra=QUOTA)
@@ -516,6 +572,7 @@ CASES = {
     "threads": case_threads,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
+    "nvml_first": case_nvml_first,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,
     "kill_reclaim_live": case_kill_reclaim_live,

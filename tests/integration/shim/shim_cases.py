@@ -515,6 +515,23 @@ def case_nvml_first(h):
     check(out == [[0, 80 * GI, 80 * GI]], f"CUSHARE_DISABLE=1: {out}")
 
 
+def case_graph_memory(h):
+    """A captured graph's memory is reserved before cuGraphLaunch: refused over the
+    quota (the 80Gi device itself would have run it), launched once memory is freed."""
+    out, err = h.probe("--mode", "graph", "--step", str(2 * GI), "--max", str(2 * GI),
+                       extra=QUOTA)
+    check(out["first"] == "CUDA_ERROR_OUT_OF_MEMORY",
+          f"graph launch over the quota: {out['first']} (300Mi + 2Gi held + 2Gi graph > 4Gi)")
+    check("graph" in err.lower(), f"the refusal is logged: {err}")
+    check(out["free_after_first"] == out["free_before"] - 2 * GI,
+          f"a refused launch charges nothing: {out}")
+    check(out["second"] == "CUDA_SUCCESS", f"graph launch after freeing: {out['second']}")
+    # The graph pool keeps its memory after the launch (until trimmed): charged.
+    check(out["free_after_second"] <= out["free_before"] - 2 * GI,
+          f"the graph pool is charged: {out}")
+    check(h.usage().used() == 0, "ledger back to zero at exit")
+
+
 def case_path_mipmap(h):
     """Mipmapped arrays: charged (driver's requirement), refused at the quota, returned."""
     out, _ = h.probe("--mode", "mipmap", extra=QUOTA)
@@ -573,6 +590,7 @@ CASES = {
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
+    "graph_memory": case_graph_memory,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,
     "kill_reclaim_live": case_kill_reclaim_live,

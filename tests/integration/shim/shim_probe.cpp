@@ -11,6 +11,8 @@
 //   dlsym     check that non-CUDA dlsym (RTLD_DEFAULT, RTLD_NEXT, handles)
 //             behaves as without the shim
 //   nvml      nvmlDeviceGetMemoryInfo(_v2) and the process list
+//   graph     a captured graph's memory refused at launch over the quota
+//             (--step: bytes held outside, --max: bytes the graph allocates)
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -319,6 +321,65 @@ int mode_mipmap(const Api& a) {
   return 0;
 }
 
+// Graph memory: a captured graph allocates `graph_bytes` (stream-ordered
+// allocation inside the capture) while the process holds `hold` bytes. The
+// first launch must be refused when the two do not fit the quota, before
+// the driver grows its graph pool; after the held memory is freed the same
+// executable launches.
+int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes) {
+  CUdevice dev;
+  if (!start(a, dev)) return 0;
+  CUresult (*stream_create)(CUstream*, unsigned);
+  CUresult (*begin)(CUstream, CUstreamCaptureMode);
+  CUresult (*end)(CUstream, CUgraph*);
+  CUresult (*alloc_async)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*free_async)(CUdeviceptr, CUstream);
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+  CUresult (*sync)(CUstream);
+  by_dlsym(stream_create, "cuStreamCreate");
+  by_dlsym(begin, "cuStreamBeginCapture_v2");
+  by_dlsym(end, "cuStreamEndCapture");
+  by_dlsym(alloc_async, "cuMemAllocAsync");
+  by_dlsym(free_async, "cuMemFreeAsync");
+  by_dlsym(instantiate, "cuGraphInstantiateWithFlags");
+  by_dlsym(launch, "cuGraphLaunch");
+  by_dlsym(sync, "cuStreamSynchronize");
+  auto view = [&] {
+    size_t free = 0, total = 0;
+    expect(a.MemGetInfo(&free, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
+    return free;
+  };
+  CUstream s = nullptr;
+  expect(stream_create(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
+  const size_t free_before = view();
+  CUdeviceptr held = 0;
+  expect(a.MemAlloc(&held, hold) == CUDA_SUCCESS, "cuMemAlloc_v2 (held)");
+  expect(begin(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS, "cuStreamBeginCapture_v2");
+  CUdeviceptr p = 0;
+  expect(alloc_async(&p, graph_bytes, s) == CUDA_SUCCESS, "captured cuMemAllocAsync");
+  expect(free_async(p, s) == CUDA_SUCCESS, "captured cuMemFreeAsync");
+  CUgraph g = nullptr;
+  expect(end(s, &g) == CUDA_SUCCESS, "cuStreamEndCapture");
+  CUgraphExec exec = nullptr;
+  expect(instantiate(&exec, g, 0) == CUDA_SUCCESS, "cuGraphInstantiateWithFlags");
+  const CUresult first = launch(exec, s);
+  expect(sync(s) == CUDA_SUCCESS, "cuStreamSynchronize");
+  const size_t free_after_first = view();
+  expect(a.MemFree(held) == CUDA_SUCCESS, "cuMemFree_v2 (held)");
+  const CUresult second = launch(exec, s);
+  expect(sync(s) == CUDA_SUCCESS, "cuStreamSynchronize");
+  const size_t free_after_second = view();
+  std::printf("%s\n", json{{"first", name_of(a, first)},
+                           {"second", name_of(a, second)},
+                           {"free_before", free_before},
+                           {"free_after_first", free_after_first},
+                           {"free_after_second", free_after_second}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
 // Prints the cuMemGetInfo_v2 view every 200 ms for --seconds.
 int mode_watch(const Api& a, double seconds) {
   CUdevice dev;
@@ -468,8 +529,8 @@ int main(int argc, char** argv) {
   double seconds = 1.0, start_at = 0;
   CLI::App app{"Drive libcushare.so through dlsym and cuGetProcAddress"};
   app.add_option("--mode", mode)
-      ->check(
-          CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap", "watch"}));
+      ->check(CLI::IsMember(
+          {"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap", "watch", "graph"}));
   app.add_option("--resolve", res.how, "dlsym | procaddr | procaddr4")
       ->check(CLI::IsMember({"dlsym", "procaddr", "procaddr4"}));
   app.add_option("--version", res.version, "cudaVersion for cuGetProcAddress");
@@ -492,5 +553,6 @@ int main(int argc, char** argv) {
   if (mode == "fork") return mode_fork(a, step, children);
   if (mode == "mipmap") return mode_mipmap(a);
   if (mode == "watch") return mode_watch(a, seconds);
+  if (mode == "graph") return mode_graph(a, step, max);
   return mode_nvml(a);
 }

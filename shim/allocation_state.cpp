@@ -193,6 +193,14 @@ std::optional<std::string> open_regions_locked(Holder& h, const fs::path& dir,
   return std::nullopt;
 }
 
+// A node run dir (the daemon's: allocations below alloc/) is not an
+// allocation: a host process that has the shim preloaded by mistake must not
+// turn it into one.
+bool is_node_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir / "alloc", ec) && !fs::exists(dir / "limits", ec);
+}
+
 CUresult initialize_locked() {
   auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
                            fs::is_directory(kDefaultRunDir));
@@ -243,6 +251,11 @@ CUresult initialize_locked() {
   if (!spec) return fail_closed(spec.error());
 
   const fs::path dir = env->run_dir;
+  if (!(h.limits && h.usage) && is_node_run_dir(dir)) {
+    return fail_closed(dir.string() +
+                       " is a node run dir (the daemon's), not an allocation: set "
+                       "CUSHARE_RUN_DIR to the allocation's folder (DIR/alloc/<id>)");
+  }
   if (h.limits && h.usage) {  // an NVML query of this process opened them already
     warn_on_disagreement(h.limits->region(), *spec, h.limits->path());
   } else if (auto why = open_regions_locked(h, dir, *spec)) {
@@ -360,6 +373,13 @@ NvmlViewState open_regions_for_nvml() {
     return NvmlViewState::kFailed;
   }
   if (env->disabled) return NvmlViewState::kNone;
+  if (is_node_run_dir(env->run_dir)) {
+    // A host tool (the device plugin, cushared, nvidia-smi on the node)
+    // with the shim preloaded: it has no allocation, it sees the card.
+    log().warn("{} is a node run dir, not an allocation: NVML shows the real figures",
+               env->run_dir);
+    return NvmlViewState::kNone;
+  }
   auto gpus = nvml_visible_gpus();
   if (!gpus) {
     log().error("NVML memory figures unavailable: {}", gpus.error());

@@ -510,6 +510,16 @@ def case_nvml_first(h):
     check("CUSHARE_MEMORY_LIMIT" in err, f"the log names the variable: {err}")
     check(not os.path.exists(os.path.join(bad_dir, "limits")), "no region for a bad quota")
 
+    # A node run dir (the daemon's) is no allocation: NVML shows the card, CUDA
+    # refuses to start, and no region is created there.
+    node = os.path.join(h.tmp, "node")
+    os.makedirs(os.path.join(node, "alloc"))
+    out, err = nvml_only({"CUSHARE_RUN_DIR": node})
+    check(out == [[0, 80 * GI, 80 * GI]], f"node run dir, NVML: {out}")
+    out, err = h.alloc_probe("--max", "64Mi", extra={"CUSHARE_RUN_DIR": node}, expect_rc=None)
+    check("node run dir" in err, f"node run dir, CUDA: {err}")
+    check(not os.path.exists(os.path.join(node, "limits")), "no region in a node run dir")
+
     # Disabled: the real figures.
     out, _ = nvml_only({"CUSHARE_DISABLE": "1", "CUSHARE_RUN_DIR": os.path.join(h.tmp, "off")})
     check(out == [[0, 80 * GI, 80 * GI]], f"CUSHARE_DISABLE=1: {out}")

@@ -14,7 +14,9 @@ namespace {
 constexpr std::uint64_t kRescanIntervalNs = 1'000'000'000;
 constexpr std::uint32_t kRootMask =
     IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR;
-constexpr std::uint32_t kFolderMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE;
+// IN_MODIFY: truncate(2) of a region file (writes through mappings raise no event).
+constexpr std::uint32_t kFolderMask =
+    IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_MODIFY;
 }  // namespace
 
 AllocationRegistry::AllocationRegistry(fs::path run_dir)
@@ -45,9 +47,15 @@ bool AllocationRegistry::drain_events() {
   return any;
 }
 
+bool AllocationRegistry::any_damaged() const {
+  for (const auto& [id, a] : allocations_)
+    if (a->limits.damaged() || a->usage.damaged()) return true;
+  return false;
+}
+
 AllocationRegistry::Changes AllocationRegistry::poll(std::uint64_t now_ns) {
   const bool events = drain_events();
-  if (!events && now_ns < next_rescan_ns_) return {};
+  if (!events && now_ns < next_rescan_ns_ && !any_damaged()) return {};
   next_rescan_ns_ = now_ns + kRescanIntervalNs;
   return rescan();
 }
@@ -89,8 +97,25 @@ AllocationRegistry::Changes AllocationRegistry::rescan() {
   }
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     std::error_code e2;
-    const bool gone = !present.contains(it->first) || !fs::exists(it->second->dir / "limits", e2);
-    if (gone) {
+    const Allocation& a = *it->second;
+    const bool gone = !present.contains(it->first) || !fs::exists(a.dir / "limits", e2);
+    // A tenant may truncate its own region files (usage is writable by all of
+    // its processes): the mapping guard turned the daemon's faults into zero
+    // pages, or the size shows it first. The allocation is dropped until its
+    // files are valid again.
+    const bool truncated =
+        !gone && (a.limits.damaged() || a.usage.damaged() ||
+                  fs::file_size(a.dir / "usage", e2) != sizeof(shm::UsageRegion) ||
+                  fs::file_size(a.dir / "limits", e2) != sizeof(shm::LimitsRegion));
+    if (truncated) {
+      spdlog::error(
+          "allocation {}: a region file was truncated under the daemon (its own processes "
+          "can do that); dropped until its files are valid again",
+          it->first);
+      last_error_[it->first] = "truncated";
+      changes.removed.push_back(it->first);
+      it = allocations_.erase(it);
+    } else if (gone) {
       spdlog::info("allocation {} removed", it->first);
       changes.removed.push_back(it->first);
       it = allocations_.erase(it);

@@ -44,6 +44,7 @@ class AllocationRegistry {
 
  private:
   Changes rescan();
+  bool any_damaged() const;
   bool drain_events();
 
   std::filesystem::path alloc_root_;

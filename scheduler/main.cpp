@@ -9,6 +9,7 @@
 #include "scheduler/daemon.hpp"
 #include "scheduler/daemon_options.hpp"
 #include "scheduler/metrics.hpp"
+#include "shm/mapping_guard.hpp"
 #ifdef CUSHARE_HAVE_CONTROL
 #include "scheduler/control_handler.hpp"
 #include "scheduler/control_server.hpp"
@@ -23,6 +24,8 @@ void on_signal(int) {
 
 int main(int argc, char** argv) {
   using namespace cushare::sched;
+  // Tenants can truncate their region files under the daemon's mappings.
+  cushare::shm::install_mapping_guard();
   int exit_code = 0;
   auto opts = parse_daemon_options(argc, argv, exit_code);
   if (!opts) return exit_code;

@@ -13,6 +13,8 @@
 #include <optional>
 #include <thread>
 
+#include "shm/mapping_guard.hpp"
+
 namespace cushare::shm {
 namespace bip = boost::interprocess;
 
@@ -86,6 +88,11 @@ OpenAttempt try_open(const std::string& path, Access access) {
 template <class Region>
 struct RegionMapping<Region>::Impl {
   bip::mapped_region region;
+  int guard_token = -1;
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() { guard_detail::unregister_mapping(guard_token); }  // before the unmap
 };
 
 template <class Region>
@@ -95,7 +102,15 @@ RegionMapping<Region>::RegionMapping(std::unique_ptr<Impl> impl, Region* region,
       region_(region),
       access_(access),
       created_(created),
-      path_(std::move(path)) {}
+      path_(std::move(path)) {
+  impl_->guard_token =
+      guard_detail::register_mapping(impl_->region.get_address(), impl_->region.get_size());
+}
+
+template <class Region>
+bool RegionMapping<Region>::damaged() const noexcept {
+  return impl_ && guard_detail::damaged(impl_->guard_token);
+}
 
 template <class Region>
 RegionMapping<Region>::RegionMapping(RegionMapping&&) noexcept = default;

@@ -69,6 +69,10 @@ class RegionMapping {
   bool writable() const { return access_ == Access::kReadWrite; }
   bool created() const { return created_; }
   const std::filesystem::path& path() const { return path_; }
+  // The file was truncated under this mapping and an access past its end was
+  // caught by the mapping guard (shm/mapping_guard.hpp): the region is no
+  // longer the file's content; drop it. Always false without the guard.
+  bool damaged() const noexcept;
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "shm/mapping_guard.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/commands.hpp"
 #include "tools/control_client.hpp"
@@ -24,6 +25,7 @@ std::string one_line(std::string text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cushare::shm::install_mapping_guard();  // regions a tenant can truncate while we read
   CLI::App app{"cusharectl: inspect and control cushare GPU sharing (quotas, shares, allocations)",
                "cusharectl"};
   app.require_subcommand(1);

@@ -19,6 +19,7 @@
 #include "deploy/device-plugin/nvml_library.hpp"
 #include "deploy/device-plugin/plugin_config.hpp"
 #include "deploy/device-plugin/plugin_runner.hpp"
+#include "shm/mapping_guard.hpp"
 
 namespace {
 
@@ -107,6 +108,7 @@ std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cushare::shm::install_mapping_guard();  // the cleaner reads tenants' usage regions
   CLI::App app{"cushare-device-plugin: fractional GPUs (cushare.io/vgpu) for the kubelet"};
   std::string config_path;
   bool check_config = false;

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""ctest daemon.truncated_region: a tenant truncates its allocation's `usage`
+file (every process of an allocation may write it) while cushared has it
+mapped. The daemon must survive (the mapping guard turns its faults into zero
+pages), drop that allocation with an error naming it, and keep serving the
+others: a tenant of another allocation keeps its lease and runs.
+
+Usage: truncated_region.py --build-dir BUILD
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    args = ap.parse_args()
+    b = os.path.abspath(args.build_dir)
+    ctl = os.path.join(b, "bin", "cusharectl")
+    with tempfile.TemporaryDirectory(prefix="cushare-trunc-") as tmp:
+        run = os.path.join(tmp, "run")
+        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(b, "fakegpu"),
+                   FAKEGPU_STATE=os.path.join(tmp, "fakegpu.state"),
+                   FAKEGPU_DEVICES="H100:80Gi:132", FAKEGPU_HOST_BACKING="0")
+        for k in [k for k in env if k.startswith("CUSHARE_")]:
+            del env[k]
+        for alloc in ("victim", "other"):
+            subprocess.run([ctl, "--run-dir", run, "create", alloc, "--memory-limit", "2Gi",
+                            "--compute-limit", "50", "--mode", "burst"],
+                           env=env, check=True, capture_output=True)
+        log_path = os.path.join(tmp, "cushared.log")
+        log = open(log_path, "w")
+        daemon = subprocess.Popen([os.path.join(b, "bin", "cushared"), "--run-dir", run],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT)
+        tenant = None
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and open(log_path).read().count("discovered") < 2:
+                time.sleep(0.05)
+            if open(log_path).read().count("discovered") < 2:
+                fail(f"the daemon did not discover both allocations:\n{open(log_path).read()}")
+            # A tenant of the other allocation, running through the whole test.
+            tenv = dict(env, LD_PRELOAD=os.environ.get("CUSHARE_PRELOAD", ""),
+                        CUSHARE_RUN_DIR=os.path.join(run, "alloc", "other"))
+            tenant = subprocess.Popen([os.path.join(b, "samples", "spin_worker"), "--kernel-us",
+                                       "1000", "--seconds", "4"], env=tenv,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            os.truncate(os.path.join(run, "alloc", "victim", "usage"), 0)
+            time.sleep(1.5)
+            if daemon.poll() is not None:
+                fail(f"cushared died ({daemon.returncode}) after the truncation:\n"
+                     f"{open(log_path).read()}")
+            text = open(log_path).read()
+            if "victim" not in text or "truncated" not in text:
+                fail(f"no error naming the truncated allocation:\n{text}")
+            st = subprocess.run([ctl, "--run-dir", run, "--json", "status"], env=env,
+                                capture_output=True, text=True, timeout=30)
+            # The other allocation is shown; the broken one is reported, and
+            # makes the run a failure (exit 1), as any unreadable allocation.
+            if st.returncode != 1 or '"other"' not in st.stdout or "victim" not in st.stderr:
+                fail(f"cusharectl status after the truncation: {st.returncode}\n{st.stdout}"
+                     f"\n{st.stderr}")
+            out, err = tenant.communicate(timeout=30)
+            if tenant.returncode != 0:
+                fail(f"the other allocation's tenant failed ({tenant.returncode}): {err}")
+            tenant = None
+            if daemon.poll() is not None:
+                fail(f"cushared died ({daemon.returncode}):\n{open(log_path).read()}")
+            print("ok: daemon alive, victim dropped, the other tenant ran")
+        finally:
+            for p in (tenant, daemon):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+            log.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,6 @@ fakegpu state) and fails with an AssertionError saying what was wrong."""
 
 import argparse
 import concurrent.futures
-import ctypes
 import json
 import os
 import signal
@@ -108,45 +107,51 @@ def sysfs_name(bus):
     return bus[4:] if bus.index(":") == 8 else bus
 
 
-def _nvml(lib_path, env):
-    # fakegpu reads its configuration from the environment of the process.
-    for k in ("FAKEGPU_STATE", "FAKEGPU_DEVICES"):
-        os.environ[k] = env[k]
-    nvml = ctypes.CDLL(lib_path)
-    assert nvml.nvmlInit_v2() == 0, "nvmlInit_v2 failed on fakegpu"
-    count = ctypes.c_uint()
-    assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
-    handles = []
-    for i in range(count.value):
-        h = ctypes.c_void_p()
-        assert nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) == 0
-        handles.append(h)
-    return nvml, handles
+# The NVML queries run in a child process: fakegpu's libnvidia-ml may be an
+# instrumented build (scripts/test --sanitize), whose runtime must be loaded
+# first (--preload-prefix), which this already-running interpreter cannot do.
+NVML_QUERY = r"""
+import ctypes, json, sys
+class PciInfo(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+nvml = ctypes.CDLL(sys.argv[1])
+assert nvml.nvmlInit_v2() == 0, "nvmlInit_v2 failed on fakegpu"
+count = ctypes.c_uint()
+assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+out = []
+for i in range(count.value):
+    h = ctypes.c_void_p()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) == 0
+    buf = ctypes.create_string_buffer(96)
+    assert nvml.nvmlDeviceGetUUID(h, buf, 96) == 0
+    info = PciInfo()
+    assert nvml.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(info)) == 0
+    out.append({"uuid": buf.value.decode(), "bus_id": info.busId.decode()})
+print(json.dumps(out))
+"""
+PRELOAD_PREFIX = ""  # set from --preload-prefix
+
+
+def _nvml_devices(lib_path, env):
+    child = dict(env)
+    child.pop("LD_PRELOAD", None)
+    if PRELOAD_PREFIX.strip(":"):
+        child["LD_PRELOAD"] = PRELOAD_PREFIX.strip(":")
+    p = subprocess.run(["/usr/bin/python3", "-c", NVML_QUERY, lib_path], env=child,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, f"NVML query on fakegpu failed: {p.stderr}"
+    return json.loads(p.stdout)
 
 
 def nvml_bus_ids(lib_path, env):
-    class PciInfo(ctypes.Structure):
-        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
-                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                    ("busId", ctypes.c_char * 32)]
-    nvml, handles = _nvml(lib_path, env)
-    out = []
-    for h in handles:
-        info = PciInfo()
-        assert nvml.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(info)) == 0
-        out.append(info.busId.decode())
-    return out
+    return [d["bus_id"] for d in _nvml_devices(lib_path, env)]
 
 
 def nvml_uuids(lib_path, env):
-    nvml, handles = _nvml(lib_path, env)
-    out = []
-    for h in handles:
-        buf = ctypes.create_string_buffer(96)
-        assert nvml.nvmlDeviceGetUUID(h, buf, 96) == 0
-        out.append(buf.value.decode())
-    return out
+    return [d["uuid"] for d in _nvml_devices(lib_path, env)]
 
 
 def read_limits(path):
@@ -477,6 +482,8 @@ def main():
     p.add_argument("--cushared")
     p.add_argument("--preload-prefix", default="")
     args = p.parse_args()
+    global PRELOAD_PREFIX
+    PRELOAD_PREFIX = args.preload_prefix
     for name in ("plugin", "proto_dir", "fakegpu_dir", "fakegpu_stat", "library", "samples_dir",
                  "cushared"):
         if getattr(args, name):

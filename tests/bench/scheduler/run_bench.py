@@ -86,8 +86,9 @@ def main():
     print(f"| **added by the shim** | **{gb['added_ns_median']:.0f}** (min {gb['added_ns_min']:.0f}) |\n")
     print("Budget: ≤ 50 ns. The figure includes the whole interposer (hook dispatch, "
           "allocation-state load) and the gate: one clock read, relaxed loads of the lease expiry "
-          "and the in-flight counters, and on exit two relaxed adds and three stores; one launch "
-          "in 32 (or per 250 µs) also records a batch event.\n")
+          "and the in-flight counters, and on exit one store to the shared region and "
+          "process-local counters; one launch in 256 (or per 250 µs of submissions) also records "
+          "a batch event and publishes the launch counter and the expected drain time.\n")
     print(f"### Shares over {a.window:g} s windows (fakegpu ground truth)\n")
     print("| scenario | tenants (limit %, mode) | target | achieved | device busy | pass |\n|---|---|---|---|---|---|")
     for name, res in rows:

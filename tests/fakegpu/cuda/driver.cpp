@@ -200,9 +200,15 @@ CUresult wait_for(Context* ctx, uint64_t seq) {
 uint64_t va_alloc(uint64_t size, uint64_t alignment) {
   Driver& d = driver();
   if (d.va_base == 0) {
-    // 4 TiB of PROT_NONE address space: no memory, just unique device-like addresses.
-    const uint64_t want = 4ull << 40;
-    void* p = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    // 4 TiB of PROT_NONE address space: no memory, just unique device-like
+    // addresses. Less where the address space is restricted (ThreadSanitizer
+    // leaves about 1.5 TiB for mappings).
+    uint64_t want = 4ull << 40;
+    void* p = MAP_FAILED;
+    for (; want >= (128ull << 30); want /= 2) {
+      p = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) break;
+    }
     if (p == MAP_FAILED) return 0;
     d.va_size = want;
     d.va_base = (reinterpret_cast<uint64_t>(p) + (2ull << 20) - 1) & ~((2ull << 20) - 1);

@@ -35,7 +35,9 @@ struct ThreadGate {
   unsigned gpu = kNoGpu;  // GPU of the launch between enter and exit
   std::uint64_t now = 0;  // clock read at enter
 };
-thread_local ThreadGate t_gate;
+// initial-exec: the shim is loaded at start-up (preload), so its TLS sits in
+// the static block and is reached without a __tls_get_addr call per launch.
+__attribute__((tls_model("initial-exec"))) thread_local ThreadGate t_gate;
 
 std::once_flag g_fork_once;
 

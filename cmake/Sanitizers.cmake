@@ -20,7 +20,8 @@ elseif(CUSHARE_SANITIZE STREQUAL "thread")
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libtsan.so
                   OUTPUT_VARIABLE _tsan OUTPUT_STRIP_TRAILING_WHITESPACE)
   set(CUSHARE_TEST_PRELOAD_PREFIX "${_tsan}:")
-  list(APPEND CUSHARE_TEST_ENV "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1")
+  list(APPEND CUSHARE_TEST_ENV
+       "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan.supp")
 elseif(NOT CUSHARE_SANITIZE STREQUAL "")
   message(FATAL_ERROR "CUSHARE_SANITIZE must be '', 'address' or 'thread', not '${CUSHARE_SANITIZE}'")
 endif()

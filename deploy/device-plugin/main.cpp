@@ -173,7 +173,17 @@ int main(int argc, char** argv) {
       spdlog::info("signal {}: shutting down", sig);
       runner.RequestShutdown();
     });
-    signal_thread.detach();
+
+    // The signal thread uses the runner: before the runner goes (normally or
+    // by an exception), wake the thread if no signal came (SIGTERM is blocked
+    // everywhere, so it stays pending for that thread) and wait for it.
+    struct SignalThreadJoiner {
+      std::thread& thread;
+      ~SignalThreadJoiner() {
+        pthread_kill(thread.native_handle(), SIGTERM);
+        thread.join();
+      }
+    } joiner{signal_thread};
 
     runner.Run();
     health.Close();

@@ -48,10 +48,10 @@ std::string PluginRunner::socket_path() const {
 }
 
 void PluginRunner::Post(Trigger t) {
-  {
-    std::lock_guard lock(mu_);
-    triggers_.push_back(t);
-  }
+  // Notified under the lock: once Run() has seen the trigger, the poster is
+  // done with cv_, so the runner may be destroyed right after.
+  std::lock_guard lock(mu_);
+  triggers_.push_back(t);
   cv_.notify_all();
 }
 

@@ -3,6 +3,7 @@
 docs/benchmarks.md.
 
   tests/bench/scheduler/run_bench.py --build-dir build [--window 10]
+  tests/bench/scheduler/run_bench.py --build-dir build --gate-runs 5   (gate cost only)
 
 1. Launch gate cost: gate_bench under libcushare.so, holding the lease (a
    lone burst tenant with cushared running): ns per cuLaunchKernel through
@@ -63,8 +64,14 @@ def main():
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--window", type=float, default=10)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--gate-runs", type=int, default=0,
+                    help="only the gate cost: this many gate_bench runs, one JSON line each")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
+    if a.gate_runs:
+        for _ in range(a.gate_runs):
+            print(json.dumps(gate_bench(build)), flush=True)
+        return 0
     rows = []
     for name in a.only or TABLE:
         r = subprocess.run(["/usr/bin/python3", SCENARIO, "--build-dir", build, "--name", name,

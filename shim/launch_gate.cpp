@@ -1,12 +1,12 @@
 // The launch gate (docs/scheduler.md, "Launch gate").
 //
 // Fast path, taken while this allocation holds the lease of the GPU and its
-// queued work is short: a few relaxed atomic loads and one vDSO clock read,
-// no lock, no syscall. Otherwise the slow path waits: for the queued work to
-// drain a little (so that no process stacks up work that would run far past
-// its lease), or for a lease (publishing demand and sleeping on the shared
-// lease futex of the limits region), or, without a live daemon, for the next
-// window of the local duty cycle of a capped allocation.
+// queued work is short: a few relaxed atomic loads and one clock read (the
+// time-stamp counter, see launch_gate_clock.hpp), no lock, no syscall. Otherwise the slow path
+// waits: for the queued work to drain a little (so that no process stacks up work that would run
+// far past its lease), or for a lease (publishing demand and sleeping on the shared lease futex of
+// the limits region), or, without a live daemon, for the next window of the local duty cycle of a
+// capped allocation.
 #include "shim/launch_gate.hpp"
 
 #include <pthread.h>
@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "shim/allocation_state.hpp"
+#include "shim/launch_gate_clock.hpp"
 #include "shim/launch_gate_tracker.hpp"
 
 namespace cushare::shim {
@@ -31,8 +32,10 @@ constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
 constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
 constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
 
+// The launch between enter and exit (tracker null: not gated).
 struct ThreadGate {
-  unsigned gpu = kNoGpu;  // GPU of the launch between enter and exit
+  gate::GpuTracker* tracker = nullptr;
+  shm::GpuUsage* usage = nullptr;
   std::uint64_t now = 0;  // clock read at enter
 };
 // initial-exec: the shim is loaded at start-up (preload), so its TLS sits in
@@ -150,7 +153,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
 }  // namespace
 
 CUresult launch_gate_enter(CUstream stream) noexcept {
-  t_gate.gpu = kNoGpu;
+  t_gate.tracker = nullptr;
   const AllocationState* st = allocation_state();
   if (!st) [[unlikely]] {
     // Not initialised yet (the launch will fail or initialise), disabled, or
@@ -159,27 +162,25 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   }
   const unsigned gpu = gpu_of_launch(*st);
   if (gpu >= shm::kMaxGpus) return CUDA_SUCCESS;  // a device outside the allocation
-  t_gate.gpu = gpu;
-  const std::uint64_t now = monotonic_now_ns();
-  t_gate.now = now;
+  gate::GpuTracker& tr = gate::tracker(gpu);
+  const std::uint64_t now = gate::gate_now_ns();
+  t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
   const std::uint64_t expiry =
       st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
-  if (now < expiry && queue_allows(now, expiry, gate::tracker(gpu))) [[likely]] {
+  if (now < expiry && queue_allows(now, expiry, tr)) [[likely]] {
     return CUDA_SUCCESS;
   }
   return slow_path(*st, gpu, stream);
 }
 
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
-  const unsigned gpu = t_gate.gpu;
-  if (gpu >= shm::kMaxGpus || launch_result != CUDA_SUCCESS) return;
-  const AllocationState* st = allocation_state();
-  if (!st) return;
-  shm::GpuUsage& gu = st->usage->gpus[gpu];
+  gate::GpuTracker* tr = t_gate.tracker;
+  if (!tr || launch_result != CUDA_SUCCESS) return;
+  shm::GpuUsage& gu = *t_gate.usage;
   gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
   // The launch counter and expected_drain_ns are published per batch (see
   // GpuTracker::record_locked), keeping shared cache lines off the fast path.
-  gate::tracker(gpu).on_launch(stream, t_gate.now, gu);
+  tr->on_launch(stream, t_gate.now, gu);
 }
 
 }  // namespace cushare::shim

@@ -35,14 +35,17 @@ void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
           0);
 }
 
-namespace {
+std::atomic<detail::Trackers*> detail::g_trackers{nullptr};
+
 // Never destroyed: poller threads may still be running while the process
 // runs its exit handlers.
-std::array<GpuTracker, shm::kMaxGpus>& trackers() noexcept {
-  static auto* t = new std::array<GpuTracker, shm::kMaxGpus>();
+detail::Trackers& detail::create_trackers() noexcept {
+  static auto* t = new Trackers();
+  g_trackers.store(t, std::memory_order_release);
   return *t;
 }
 
+namespace {
 void store_max(std::atomic<std::uint64_t>& word, std::uint64_t value) noexcept {
   std::uint64_t cur = word.load(std::memory_order_relaxed);
   while (cur < value && !word.compare_exchange_weak(cur, value, std::memory_order_release,
@@ -51,12 +54,8 @@ void store_max(std::atomic<std::uint64_t>& word, std::uint64_t value) noexcept {
 }
 }  // namespace
 
-GpuTracker& tracker(unsigned gpu) noexcept {
-  return trackers()[gpu % shm::kMaxGpus];
-}
-
 void reset_trackers_after_fork() noexcept {
-  for (auto& t : trackers()) t.reset_after_fork();
+  for (auto& t : detail::create_trackers()) t.reset_after_fork();
 }
 
 void GpuTracker::reset_after_fork() noexcept {
@@ -82,28 +81,18 @@ void GpuTracker::reset_after_fork() noexcept {
   poller_idle_.store(false);
 }
 
-void GpuTracker::on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
-  // Counted first: the launch is in its stream already, so any event
-  // recorded after a record_locked() saw this count covers it.
-  submitted_.fetch_add(1, std::memory_order_acq_rel);
+void GpuTracker::begin_tail(std::uint64_t now) noexcept {
   std::uint64_t expected = 0;
-  if (tail_first_ns_.load(std::memory_order_relaxed) == 0 &&
-      tail_first_ns_.compare_exchange_strong(expected, now, std::memory_order_acq_rel) &&
+  if (tail_first_ns_.compare_exchange_strong(expected, now, std::memory_order_acq_rel) &&
       poller_idle_.load(std::memory_order_acquire)) {
     // Idle -> busy: the poller must look after this tail (one wake per
     // transition, not per launch).
     wake_word_.fetch_add(1, std::memory_order_release);
     futex_wake(wake_word_);
   }
-  tail_last_ns_.store(now, std::memory_order_relaxed);
-  tail_stream_.store(stream, std::memory_order_relaxed);
-  // Load + store, not an RMW: racing launchers at worst delay a record.
-  const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
-  since_record_.store(n, std::memory_order_relaxed);
-  if (n < kRecordEvery && now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs)
-      [[likely]] {
-    return;
-  }
+}
+
+void GpuTracker::end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
   if (stream_is_capturing(stream)) return;  // never record into a capture
   {
     std::unique_lock lock(mu_, std::try_to_lock);

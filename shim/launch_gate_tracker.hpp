@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -72,7 +73,23 @@ class GpuTracker {
 
   // After a successful launch at `now` on `stream` (fast path; records an
   // event when a batch is due, which takes the tracker's mutex).
-  void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept;
+  void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
+    // Counted first: the launch is in its stream already, so any event
+    // recorded after a record_locked() saw this count covers it.
+    submitted_.fetch_add(1, std::memory_order_acq_rel);
+    if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
+      begin_tail(now);
+    tail_last_ns_.store(now, std::memory_order_relaxed);
+    tail_stream_.store(stream, std::memory_order_relaxed);
+    // Load + store, not an RMW: racing launchers at worst delay a record.
+    const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
+    since_record_.store(n, std::memory_order_relaxed);
+    if (n < kRecordEvery &&
+        now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs) [[likely]] {
+      return;
+    }
+    end_batch(stream, now, usage);
+  }
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
@@ -82,6 +99,8 @@ class GpuTracker {
   void reset_after_fork() noexcept;
 
  private:
+  void begin_tail(std::uint64_t now) noexcept;
+  void end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept;
   void record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept;
   void ensure_poller(shm::GpuUsage& usage) noexcept;
   void poll_loop(shm::GpuUsage* usage) noexcept;
@@ -113,8 +132,19 @@ class GpuTracker {
   CUcontext ctx_ = nullptr;
 };
 
-// Tracker of limits.gpus[gpu] in this process.
-GpuTracker& tracker(unsigned gpu) noexcept;
+namespace detail {
+using Trackers = std::array<GpuTracker, shm::kMaxGpus>;
+extern std::atomic<Trackers*> g_trackers;
+Trackers& create_trackers() noexcept;
+}  // namespace detail
+
+// Tracker of limits.gpus[gpu] in this process (inline: on the fast path).
+inline GpuTracker& tracker(unsigned gpu) noexcept {
+  detail::Trackers* t = detail::g_trackers.load(std::memory_order_acquire);
+  if (!t) [[unlikely]]
+    t = &detail::create_trackers();
+  return (*t)[gpu % shm::kMaxGpus];
+}
 void reset_trackers_after_fork() noexcept;
 
 std::uint64_t monotonic_now_ns() noexcept;

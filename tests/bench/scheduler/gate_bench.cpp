@@ -44,7 +44,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 30;
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 300;
   const int per_round = argc > 2 ? std::atoi(argv[2]) : 2000;
   check(cuInit(0), "cuInit");
   CUdevice dev;
@@ -75,9 +75,10 @@ int main(int argc, char** argv) {
   }
   const bool shimmed = reinterpret_cast<void*>(direct) != reinterpret_cast<void*>(through_shim);
 
-  // Warm-up: the first launches start the poller, learn the kernel time and
-  // get the lease.
-  for (int i = 0; i < 3; ++i) {
+  // Warm-up (at least 50 ms): the first launches start the poller, learn the
+  // kernel time, get the lease and calibrate the gate's counter clock.
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  for (int i = 0; i < 3 || std::chrono::steady_clock::now() < warm_until; ++i) {
     ns_per_launch(through_shim, spin, s, per_round);
     ns_per_launch(direct, spin, s, per_round);
   }

@@ -1,0 +1,142 @@
+// The launch gate's counter clock: calibration against the clock, anchors,
+// and giving up on counters that do not track it.
+#include "shim/tsc_clock.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace cushare::shim::tsc {
+namespace {
+
+// A made-up counter at `ghz` ticks per ns, started at `offset` ticks when
+// the clock read `ns0`.
+struct FakeCounter {
+  double ghz = 2.5;
+  std::uint64_t offset = 123'456'789;
+  std::uint64_t ns0 = 5'000'000'000;
+  std::uint64_t ticks_at(std::uint64_t ns) const {
+    return offset + static_cast<std::uint64_t>(std::llround(static_cast<double>(ns - ns0) * ghz));
+  }
+};
+
+TEST(TscClock, UsesTheClockUntilTheBaselineIsLongEnough) {
+  Calibration cal;
+  FakeCounter c;
+  EXPECT_EQ(cal.anchor(c.ticks_at(c.ns0), c.ns0).max_ticks, 0u);  // the base
+  const std::uint64_t early = c.ns0 + kMinBaselineNs - 1;
+  EXPECT_EQ(cal.anchor(c.ticks_at(early), early).max_ticks, 0u);
+  EXPECT_EQ(cal.mult(), 0u);
+  const std::uint64_t later = c.ns0 + kMinBaselineNs;
+  const Anchor a = cal.anchor(c.ticks_at(later), later);
+  EXPECT_GT(a.max_ticks, 0u);
+  EXPECT_FALSE(cal.broken());
+}
+
+TEST(TscClock, ConvertsWithinNanosecondsOverTheAnchorSpan) {
+  for (const double ghz : {1.0, 2.1, 2.5, 3.7}) {
+    Calibration cal;
+    FakeCounter c{.ghz = ghz};
+    cal.anchor(c.ticks_at(c.ns0), c.ns0);
+    const std::uint64_t at = c.ns0 + 3 * kMinBaselineNs;
+    const Anchor a = cal.anchor(c.ticks_at(at), at);
+    ASSERT_GT(a.max_ticks, 0u) << ghz;
+    for (std::uint64_t dt = 0; dt < kAnchorSpanNs; dt += 9'973) {
+      std::uint64_t ns = 0;
+      ASSERT_TRUE(convert(a, c.ticks_at(at + dt), ns)) << ghz << " " << dt;
+      EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(at + dt), 2.0) << ghz;
+    }
+  }
+}
+
+TEST(TscClock, AnAnchorCoversOnlyItsSpanAndNeverBackwards) {
+  Calibration cal;
+  FakeCounter c;
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  const std::uint64_t at = c.ns0 + kMinBaselineNs;
+  const Anchor a = cal.anchor(c.ticks_at(at), at);
+  std::uint64_t ns = 0;
+  EXPECT_FALSE(convert(a, c.ticks_at(at + kAnchorSpanNs + 1'000), ns));
+  EXPECT_FALSE(convert(a, a.ticks - 1, ns));  // the counter went back
+  EXPECT_FALSE(convert(Anchor{}, 42, ns));    // no anchor yet
+}
+
+TEST(TscClock, RefinesTheRateAsTheBaselineGrows) {
+  Calibration cal;
+  FakeCounter c{.ghz = 2.5};
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  // A first calibration off by a 1 µs read skew, well inside the tolerance.
+  const std::uint64_t first = c.ns0 + kMinBaselineNs;
+  cal.anchor(c.ticks_at(first) + 2'500, first);
+  const Mult rough = cal.mult();
+  const std::uint64_t late = c.ns0 + 64 * kMinBaselineNs;
+  cal.anchor(c.ticks_at(late), late);
+  const double exact = (1.0 / 2.5) * 4294967296.0;
+  EXPECT_LT(std::abs(static_cast<double>(cal.mult()) - exact),
+            std::abs(static_cast<double>(rough) - exact));
+  EXPECT_FALSE(cal.broken());
+}
+
+TEST(TscClock, ACounterThatChangesRateIsDropped) {
+  Calibration cal;
+  FakeCounter c{.ghz = 2.5};
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  const std::uint64_t first = c.ns0 + kMinBaselineNs;
+  cal.anchor(c.ticks_at(first), first);
+  ASSERT_NE(cal.mult(), 0u);
+  // From here on the counter runs 5 % slow (frequency scaling, a
+  // non-invariant TSC): the next refinement sees it.
+  const std::uint64_t later = c.ns0 + 4 * kMinBaselineNs;
+  const std::uint64_t slow_ticks =
+      c.ticks_at(first) + static_cast<std::uint64_t>(0.95 * 2.5 * (later - first));
+  const Anchor a = cal.anchor(slow_ticks, later);
+  EXPECT_TRUE(cal.broken());
+  EXPECT_EQ(a.max_ticks, 0u);
+  const std::uint64_t after = later + kMinBaselineNs;
+  EXPECT_EQ(cal.anchor(c.ticks_at(after), after).max_ticks, 0u);  // for good
+}
+
+TEST(TscClock, ACounterBehindItsBaseIsDropped) {
+  Calibration cal;
+  FakeCounter c;
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  const std::uint64_t later = c.ns0 + 2 * kMinBaselineNs;
+  EXPECT_EQ(cal.anchor(c.offset - 1'000, later).max_ticks, 0u);  // reset (e.g. resume)
+  EXPECT_TRUE(cal.broken());
+}
+
+TEST(TscClock, ImplausibleRatesAreDropped) {
+  Calibration cal;
+  cal.anchor(1'000, 1'000'000);
+  // 10 ticks in 10 ms: a 1 kHz "counter".
+  EXPECT_EQ(cal.anchor(1'010, 1'000'000 + kMinBaselineNs).max_ticks, 0u);
+  EXPECT_TRUE(cal.broken());
+}
+
+TEST(TscClock, ConcurrentAnchorsAgree) {
+  Calibration cal;
+  FakeCounter c;
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&cal, c, t] {
+      for (std::uint64_t i = 1; i < 2000; ++i) {
+        const std::uint64_t ns = c.ns0 + i * 100'000 + static_cast<std::uint64_t>(t);
+        const Anchor a = cal.anchor(c.ticks_at(ns), ns);
+        std::uint64_t out = 0;
+        if (a.max_ticks && convert(a, c.ticks_at(ns + 500'000), out)) {
+          EXPECT_NEAR(static_cast<double>(out), static_cast<double>(ns + 500'000), 5.0);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(cal.broken());
+  EXPECT_NE(cal.mult(), 0u);
+}
+
+}  // namespace
+}  // namespace cushare::shim::tsc

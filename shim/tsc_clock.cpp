@@ -19,9 +19,12 @@ Anchor Calibration::anchor(std::uint64_t ticks, std::uint64_t ns) noexcept {
     }
   }
   if (state != kBased) return clock_only;  // being set up by another thread, or broken
-  if (ticks < base_ticks_ || ns < base_ns_) {
-    // The counter went back (or the clock did: it cannot). Either way the
-    // counter does not track the clock.
+  // Readings within the first baseline only wait: a thread racing the one
+  // that took the base may even pair an earlier time with it.
+  if (ns < base_ns_ + kMinBaselineNs) return clock_only;
+  if (ticks <= base_ticks_) {
+    // A baseline later the counter is not ahead of the base: it was reset
+    // (or does not count), so it does not track the clock.
     state_.store(kBroken, std::memory_order_release);
     return clock_only;
   }
@@ -33,13 +36,11 @@ Anchor Calibration::anchor(std::uint64_t ticks, std::uint64_t ns) noexcept {
 }
 
 void Calibration::refine(std::uint64_t ticks, std::uint64_t ns) noexcept {
+  // Callers guarantee ns >= base_ns_ + kMinBaselineNs and ticks > base_ticks_.
   const std::uint64_t span = ns - base_ns_;
-  if (span < kMinBaselineNs || span < 2 * mult_baseline_ns_.load(std::memory_order_relaxed)) return;
+  if (span < 2 * mult_baseline_ns_.load(std::memory_order_relaxed)) return;
   const std::uint64_t elapsed_ticks = ticks - base_ticks_;
-  const Mult mult =
-      elapsed_ticks == 0
-          ? 0
-          : static_cast<Mult>((static_cast<unsigned __int128>(span) << 32) / elapsed_ticks);
+  const Mult mult = static_cast<Mult>((static_cast<unsigned __int128>(span) << 32) / elapsed_ticks);
   const Mult old = mult_.load(std::memory_order_relaxed);
   const bool plausible = mult >= kMinMult && mult <= kMaxMult;
   const bool steady = old == 0 || (mult > old ? mult - old : old - mult) <= old / kRateTolerance;

@@ -108,6 +108,18 @@ TEST(TscClock, ACounterBehindItsBaseIsDropped) {
   EXPECT_TRUE(cal.broken());
 }
 
+TEST(TscClock, ARacingFirstReadingIsNotABackwardCounter) {
+  // Two threads take their first paired readings at once; the second pairs
+  // a slightly earlier time and counter value than the base.
+  Calibration cal;
+  FakeCounter c;
+  cal.anchor(c.ticks_at(c.ns0 + 500), c.ns0 + 500);
+  EXPECT_EQ(cal.anchor(c.ticks_at(c.ns0), c.ns0).max_ticks, 0u);
+  EXPECT_FALSE(cal.broken());
+  const std::uint64_t later = c.ns0 + 2 * kMinBaselineNs;
+  EXPECT_GT(cal.anchor(c.ticks_at(later), later).max_ticks, 0u);
+}
+
 TEST(TscClock, ImplausibleRatesAreDropped) {
   Calibration cal;
   cal.anchor(1'000, 1'000'000);

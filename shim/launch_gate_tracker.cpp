@@ -66,6 +66,7 @@ void GpuTracker::reset_after_fork() noexcept {
   free_events_ = {};
   ctx_ = nullptr;
   oldest_batch_ns_.store(0);
+  oldest_batch_end_.store(0);
   submitted_.store(0);
   completed_.store(0);
   per_launch_ns_.store(0);
@@ -131,7 +132,10 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
                       .end_count = end,
                       .first_submit_ns = first,
                       .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed)});
-  if (batches_.size() == 1) oldest_batch_ns_.store(first, std::memory_order_release);
+  if (batches_.size() == 1) {
+    oldest_batch_end_.store(end, std::memory_order_relaxed);
+    oldest_batch_ns_.store(first, std::memory_order_release);
+  }
   recorded_count_.store(end, std::memory_order_release);
   if (usage) {
     // Per-batch publication for the daemon and metrics: launches so far, and
@@ -186,6 +190,8 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   progress_word_.fetch_add(1, std::memory_order_release);
   if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
   completed_.store(std::max(prev_end, done.end_count), std::memory_order_release);
+  oldest_batch_end_.store(batches_.empty() ? 0 : batches_.front().end_count,
+                          std::memory_order_relaxed);
   oldest_batch_ns_.store(batches_.empty() ? 0 : batches_.front().first_submit_ns,
                          std::memory_order_release);
   // Everything submitted up to the batch's last launch has completed; if

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "shim/cuda_api.hpp"
+#include "shim/launch_gate_estimate.hpp"
 #include "shm/layout.hpp"
 
 namespace cushare::shim::gate {
@@ -26,8 +27,6 @@ namespace cushare::shim::gate {
 // launches not known complete). Enough to ride out short CPU stalls; small
 // enough that the work stops close to the lease's end.
 inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
-// Before the first measured batch: at most this many launches in flight.
-inline constexpr std::uint64_t kBootstrapPending = 2;
 inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
 inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
 
@@ -40,24 +39,25 @@ struct Batch {
 
 class GpuTracker {
  public:
-  // Fast path: GPU time of the work launched and not known complete,
-  // estimated as pending launches x the measured GPU time per launch (before
-  // the first measurement: kBootstrapPending launches count as the whole horizon).
+  // Fast path: GPU time of the work launched and not known complete
+  // (launch_gate_estimate.hpp).
   std::uint64_t queued_estimate_ns(std::uint64_t now, std::uint64_t horizon_ns) const noexcept {
-    const std::uint64_t pending =
-        submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
+    const std::uint64_t completed = completed_.load(std::memory_order_acquire);
+    const std::uint64_t pending = submitted_.load(std::memory_order_relaxed) - completed;
     if (pending == 0) return 0;
-    const std::uint64_t per = per_launch_ns_.load(std::memory_order_relaxed);
-    if (per == 0) return pending >= kBootstrapPending ? horizon_ns + 1 : 1;
     // The GPU has been working through the queue since the last completion
     // we saw (or since the oldest pending launch, if it came later).
-    std::uint64_t since = last_completion_atomic_.load(std::memory_order_relaxed);
     const std::uint64_t oldest = oldest_batch_ns_.load(std::memory_order_relaxed);
-    since = std::max(since, oldest ? oldest : tail_first_ns_.load(std::memory_order_relaxed));
-    const std::uint64_t total = pending * per;
-    const std::uint64_t done = now > since ? now - since : 0;
-    // Never below one launch's worth while something is pending.
-    return total > done + per ? total - done : per;
+    const std::uint64_t since =
+        std::max(last_completion_atomic_.load(std::memory_order_relaxed),
+                 oldest ? oldest : tail_first_ns_.load(std::memory_order_relaxed));
+    const std::uint64_t oldest_end = oldest_batch_end_.load(std::memory_order_relaxed);
+    return estimate_queued_ns(
+        {.pending = pending,
+         .per_launch_ns = per_launch_ns_.load(std::memory_order_relaxed),
+         .since_ns = since,
+         .head = oldest && oldest_end > completed ? oldest_end - completed : pending},
+        now, horizon_ns);
   }
   std::uint64_t pending_launches() const noexcept {
     return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
@@ -114,8 +114,9 @@ class GpuTracker {
   std::uint64_t published_launches_ = 0;          // under mu_: launches added to usage.launches
   std::uint64_t last_completion_ns_ = 0;          // under mu_
   std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
-  std::atomic<std::uint64_t> oldest_batch_ns_{0};  // first submit of the oldest recorded batch
-  std::atomic<std::uint64_t> tail_first_ns_{0};    // first unrecorded launch (0: none)
+  std::atomic<std::uint64_t> oldest_batch_ns_{0};   // first submit of the oldest recorded batch
+  std::atomic<std::uint64_t> oldest_batch_end_{0};  // its end_count
+  std::atomic<std::uint64_t> tail_first_ns_{0};     // first unrecorded launch (0: none)
   std::atomic<std::uint64_t> tail_last_ns_{0};
   std::atomic<CUstream> tail_stream_{nullptr};
   std::atomic<std::uint64_t> last_record_ns_{0};

@@ -35,6 +35,11 @@ SCENARIOS = {
     # Kernel durations drawn uniformly between 50 us and 20 ms.
     "mixed_kernels": ([("t1", 25, "burst", "50~20000"), ("t2", 75, "burst", "50~20000")],
                       [("share", "t1", 25, 3), ("share", "t2", 75, 3)]),
+    # The same short cycle of very unequal kernels, repeated (a training
+    # step's fixed kernel sequence).
+    "cycled_kernels": ([("t1", 25, "burst", "50,1000,20000,200,5000"),
+                        ("t2", 75, "burst", "50,1000,20000,200,5000")],
+                       [("share", "t1", 25, 3), ("share", "t2", 75, 3)]),
 }
 
 

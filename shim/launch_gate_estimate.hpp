@@ -1,0 +1,44 @@
+// How much GPU time a process's launched-but-unfinished work still needs:
+// the launch gate's queue estimate (docs/scheduler.md, "Queue bound"). Pure:
+// the tracker passes a snapshot of its counters.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace cushare::shim::gate {
+
+// Before the first measured batch: at most this many launches in flight.
+inline constexpr std::uint64_t kBootstrapPending = 2;
+
+struct QueueSnapshot {
+  std::uint64_t pending = 0;        // launches submitted and not known complete
+  std::uint64_t per_launch_ns = 0;  // measured GPU time per launch (0: none yet)
+  std::uint64_t since_ns = 0;       // the GPU has worked through the queue since then
+  // Pending launches up to the end of the oldest unfinished batch (all of
+  // them when no batch is recorded).
+  std::uint64_t head = 0;
+};
+
+// Pending launches x the GPU time per launch, less what the GPU has done
+// since `since_ns`. Before the first measurement kBootstrapPending launches
+// count as more than the whole horizon.
+inline std::uint64_t estimate_queued_ns(const QueueSnapshot& q, std::uint64_t now,
+                                        std::uint64_t horizon_ns) noexcept {
+  if (q.pending == 0) return 0;
+  std::uint64_t per = q.per_launch_ns;
+  if (per == 0) return q.pending >= kBootstrapPending ? horizon_ns + 1 : 1;
+  const std::uint64_t done = now > q.since_ns ? now - q.since_ns : 0;
+  // The head has run for `done` and is not complete, so its launches take
+  // at least done / head each, whatever the average says. Without this an
+  // average learnt from short kernels would credit long ones as done and
+  // let the queue grow without bound behind them.
+  const std::uint64_t head = std::clamp<std::uint64_t>(q.head, 1, q.pending);
+  if (done > head * per) [[unlikely]]
+    per = done / head + 1;
+  const std::uint64_t total = q.pending * per;
+  // Never below one launch's worth while something is pending.
+  return total > done + per ? total - done : per;
+}
+
+}  // namespace cushare::shim::gate

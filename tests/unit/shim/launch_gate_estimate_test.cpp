@@ -1,0 +1,73 @@
+// The launch gate's queue estimate (shim/launch_gate_estimate.hpp).
+#include "shim/launch_gate_estimate.hpp"
+
+#include <gtest/gtest.h>
+
+namespace cushare::shim::gate {
+namespace {
+
+constexpr std::uint64_t kHorizon = 2'000'000;
+constexpr std::uint64_t kNow = 1'000'000'000;
+
+TEST(LaunchGateEstimate, NothingPendingIsNothingQueued) {
+  EXPECT_EQ(estimate_queued_ns({.pending = 0, .per_launch_ns = 5'000}, kNow, kHorizon), 0u);
+}
+
+TEST(LaunchGateEstimate, BeforeAnyMeasurementTwoLaunchesFillTheHorizon) {
+  EXPECT_EQ(estimate_queued_ns({.pending = 1}, kNow, kHorizon), 1u);
+  EXPECT_GT(estimate_queued_ns({.pending = 2}, kNow, kHorizon), kHorizon);
+}
+
+TEST(LaunchGateEstimate, PendingTimesPerLaunchLessWhatRan) {
+  // 10 launches of 100 us; the GPU started on them 250 us ago.
+  const QueueSnapshot q{
+      .pending = 10, .per_launch_ns = 100'000, .since_ns = kNow - 250'000, .head = 4};
+  EXPECT_EQ(estimate_queued_ns(q, kNow, kHorizon), 750'000u);
+}
+
+TEST(LaunchGateEstimate, NeverBelowOneLaunchWhileSomethingIsPending) {
+  const QueueSnapshot q{
+      .pending = 3, .per_launch_ns = 100'000, .since_ns = kNow - 290'000, .head = 3};
+  EXPECT_EQ(estimate_queued_ns(q, kNow, kHorizon), 100'000u);
+}
+
+TEST(LaunchGateEstimate, AHeadRunningPastItsEstimateRaisesThePerLaunchTime) {
+  // Learnt 80 us per launch from short kernels; the oldest batch (25
+  // launches) has run 10 ms and is not done: its launches take >= 400 us
+  // each, and so, by the estimate, do the 5 queued behind it.
+  const QueueSnapshot q{
+      .pending = 30, .per_launch_ns = 80'000, .since_ns = kNow - 10'000'000, .head = 25};
+  const std::uint64_t queued = estimate_queued_ns(q, kNow, kHorizon);
+  EXPECT_GE(queued, 5u * 400'000u);
+  EXPECT_LE(queued, 5u * 400'000u + 30u);
+}
+
+TEST(LaunchGateEstimate, TheQueueCannotGrowBehindAStuckHead) {
+  // Whatever the elapsed time, launches behind an unfinished head keep
+  // counting: the gate admits only about horizon / (elapsed / head) more.
+  for (std::uint64_t elapsed = 1'000'000; elapsed <= 1'000'000'000; elapsed *= 10) {
+    std::uint64_t pending = 1;
+    while (estimate_queued_ns({.pending = pending + 1,
+                               .per_launch_ns = 50'000,
+                               .since_ns = kNow - elapsed,
+                               .head = 1},
+                              kNow, kHorizon) <= kHorizon) {
+      ++pending;
+      ASSERT_LT(pending, 100'000u) << elapsed;
+    }
+    const std::uint64_t per_head = elapsed;  // one launch in the head, running for `elapsed`
+    EXPECT_LE((pending - 1) * per_head, kHorizon + per_head) << elapsed;
+  }
+}
+
+TEST(LaunchGateEstimate, HeadIsClampedToThePendingCount) {
+  // Counters read at slightly different times may disagree.
+  const QueueSnapshot q{
+      .pending = 2, .per_launch_ns = 100'000, .since_ns = kNow - 50'000, .head = 9};
+  EXPECT_EQ(estimate_queued_ns(q, kNow, kHorizon), 150'000u);
+  const QueueSnapshot z{.pending = 2, .per_launch_ns = 100'000, .since_ns = kNow, .head = 0};
+  EXPECT_EQ(estimate_queued_ns(z, kNow, kHorizon), 200'000u);
+}
+
+}  // namespace
+}  // namespace cushare::shim::gate

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(SCENARIO))
 import scenario  # noqa: E402
 
 TABLE = ["capped30", "burst30", "burst_weights_1_3", "capped_30_50", "burst_four_equal",
-         "mixed_kernels", "late_joiner", "daemon_restart", "kill_holder"]
+         "mixed_kernels", "cycled_kernels", "late_joiner", "daemon_restart", "kill_holder"]
 TARGETS = {
     "capped30": "30 ± 2",
     "burst30": "≥ 95",
@@ -35,6 +35,7 @@ TARGETS = {
     "capped_30_50": "30 / 50 ± 2, device ≈ 80",
     "burst_four_equal": "25 each ± 2, device ≥ 95",
     "mixed_kernels": "25 / 75 ± 3",
+    "cycled_kernels": "25 / 75 ± 3",
     "late_joiner": "25 / 75 ± 2, 1 s after the start",
     "daemon_restart": "30 / 50 ± 2, 2 s after the restart",
     "kill_holder": "survivor ≥ 95, 1 s after the kill",

@@ -112,7 +112,8 @@ void Daemon::sync_tenants(std::uint64_t now) {
         .waiting = gu.demand.load(std::memory_order_acquire),
         .last_submit_ns = gu.last_submit_ns.load(std::memory_order_acquire),
         .drained_ns = gu.drained_ns.load(std::memory_order_acquire),
-        .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire)};
+        .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire),
+        .busy_processes = gu.busy_processes.load(std::memory_order_acquire)};
     // A thread waiting at the gate proves a live process until the next
     // housekeeping pass says otherwise (its slot may be younger than the
     // last pass).
@@ -239,6 +240,7 @@ void Daemon::housekeeping(std::uint64_t now) {
         if (gu.drained_ns.load(std::memory_order_acquire) < submitted) {
           gu.drained_ns.store(std::max(submitted, now), std::memory_order_release);
         }
+        gu.busy_processes.store(0, std::memory_order_release);
       }
     }
   }

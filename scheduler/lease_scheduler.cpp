@@ -104,7 +104,7 @@ void LeaseScheduler::attribute(std::uint64_t now) {
     }
     if (!r.drained_at_ns && t) {
       const TenantSignals& s = t->signals;
-      if (s.drained_ns >= r.submit_mark_ns || s.last_submit_ns < r.start_ns) {
+      if (s.drained_past(r.submit_mark_ns) || s.last_submit_ns < r.start_ns) {
         // drained_ns is the time the shim saw the queue empty (or a submit
         // time before the lease ended): the overrun ends there.
         r.drained_at_ns = std::clamp(s.drained_ns, r.end_ns, std::max(now, r.end_ns));
@@ -170,7 +170,7 @@ void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
 
 bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
   const TenantSignals& s = t.signals;
-  if (s.waiting > 0 || s.drained_ns < s.last_submit_ns) return false;
+  if (s.waiting > 0 || !s.drained_past(s.last_submit_ns)) return false;
   const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
   const std::uint64_t last_activity = std::max({s.last_submit_ns, s.drained_ns, lease_start});
   return now >= last_activity + config_.idle_grace_ns;
@@ -229,7 +229,7 @@ std::uint64_t LeaseScheduler::handoff_deferral(TenantId next, std::uint64_t now)
     auto it = tenants_.find(r.tenant);
     if (it == tenants_.end() || it->second.removed) continue;
     const TenantSignals& s = it->second.signals;
-    if (s.drained_ns >= s.last_submit_ns || s.drained_ns >= r.submit_mark_ns) continue;
+    if (s.drained_past(s.last_submit_ns) || s.drained_past(r.submit_mark_ns)) continue;
     const std::uint64_t expected = std::min(s.expected_drain_ns, r.end_ns + config_.drain_bound_ns);
     const std::uint64_t until = expected > now + config_.handoff_lead_ns
                                     ? expected - config_.handoff_lead_ns

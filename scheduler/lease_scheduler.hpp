@@ -63,6 +63,13 @@ struct TenantSignals {
   std::uint64_t last_submit_ns = 0;     // CLOCK_MONOTONIC of its last submission
   std::uint64_t drained_ns = 0;         // all work submitted up to here completed
   std::uint64_t expected_drain_ns = 0;  // when its submitted work should be done (estimate)
+  // Processes with work in flight. While one is, drained_ns (published by
+  // whichever process last saw its own queue empty) does not speak for the
+  // allocation.
+  std::uint32_t busy_processes = 0;
+
+  // All work submitted up to `mark` is known complete.
+  bool drained_past(std::uint64_t mark) const { return busy_processes == 0 && drained_ns >= mark; }
 };
 
 struct TenantStats {

@@ -167,10 +167,18 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
   const std::uint64_t expiry =
       st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
-  if (now < expiry && queue_allows(now, expiry, tr)) [[likely]] {
-    return CUDA_SUCCESS;
+  if (!(now < expiry && queue_allows(now, expiry, tr))) [[unlikely]] {
+    if (const CUresult rc = slow_path(*st, gpu, stream); rc != CUDA_SUCCESS) return rc;
   }
-  return slow_path(*st, gpu, stream);
+  if (!tr.busy()) [[unlikely]] {
+    // First launch after an idle spell: count this process busy before the
+    // work exists, and stamp the launch after that (on the clock the other
+    // processes' pollers publish drain marks with), so no other process of
+    // the allocation can declare the queue drained past it.
+    tr.mark_busy();
+    t_gate.now = gate::monotonic_now_ns();
+  }
+  return CUDA_SUCCESS;
 }
 
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {

@@ -8,8 +8,10 @@
 #include <array>
 #include <climits>
 
+#include "shim/allocation_state.hpp"
 #include "shim/capture_tracker.hpp"
 #include "shim/real_driver.hpp"
+#include "shm/process_slots.hpp"
 
 namespace cushare::shim::gate {
 
@@ -40,7 +42,11 @@ std::atomic<detail::Trackers*> detail::g_trackers{nullptr};
 // Never destroyed: poller threads may still be running while the process
 // runs its exit handlers.
 detail::Trackers& detail::create_trackers() noexcept {
-  static auto* t = new Trackers();
+  static auto* t = [] {
+    auto* made = new Trackers();
+    for (unsigned g = 0; g < made->size(); ++g) (*made)[g].bind_gpu(g);
+    return made;
+  }();
   g_trackers.store(t, std::memory_order_release);
   return *t;
 }
@@ -67,6 +73,7 @@ void GpuTracker::reset_after_fork() noexcept {
   ctx_ = nullptr;
   oldest_batch_ns_.store(0);
   oldest_batch_end_.store(0);
+  busy_.store(false);  // the child has a slot of its own, with no marks
   submitted_.store(0);
   completed_.store(0);
   per_launch_ns_.store(0);
@@ -169,6 +176,28 @@ void GpuTracker::publish_drained(std::uint64_t value, shm::GpuUsage& usage) noex
   store_max(usage.drained_ns, value);
 }
 
+void GpuTracker::mark_busy() noexcept {
+  if (const AllocationState* st = allocation_state(); st && st->slot) {
+    shm::mark_busy(*st->usage, *st->slot, gpu_);
+  }
+  busy_.store(true, std::memory_order_seq_cst);
+}
+
+// Everything this process submitted has completed: it leaves the busy count
+// (unless a launch slipped in meanwhile). Returns whether it is still idle.
+bool GpuTracker::settle_idle_locked() noexcept {
+  if (busy_.load(std::memory_order_relaxed)) {
+    busy_.store(false, std::memory_order_seq_cst);
+    const AllocationState* st = allocation_state();
+    if (st && st->slot) shm::clear_busy(*st->usage, *st->slot, gpu_);
+    if (pending_launches() != 0) {
+      mark_busy();  // a launch got past the gate while we cleared
+      return false;
+    }
+  }
+  return pending_launches() == 0;
+}
+
 void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
                                        shm::GpuUsage& usage) noexcept {
   if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
@@ -196,7 +225,11 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
                          std::memory_order_release);
   // Everything submitted up to the batch's last launch has completed; if
   // nothing else is pending, everything up to now has.
-  const bool idle = batches_.empty() && !has_tail();
+  // This process's marks: everything it submitted up to the batch's last
+  // launch has completed; if nothing else is pending, everything up to now
+  // (the daemon reads them for the allocation only while no other process
+  // of it is busy on the GPU).
+  const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
   publish_drained(idle ? now : done.last_submit_ns, usage);
 }
 

@@ -76,7 +76,12 @@ class GpuTracker {
   void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
     // Counted first: the launch is in its stream already, so any event
     // recorded after a record_locked() saw this count covers it.
-    submitted_.fetch_add(1, std::memory_order_acq_rel);
+    submitted_.fetch_add(1, std::memory_order_seq_cst);
+    // The poller may have found the queue empty and cleared the busy mark
+    // between this launch's gate check and its count (it re-checks the
+    // count after clearing; seq_cst on both sides: one of us sees it).
+    if (!busy_.load(std::memory_order_seq_cst)) [[unlikely]]
+      mark_busy();
     if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
       begin_tail(now);
     tail_last_ns_.store(now, std::memory_order_relaxed);
@@ -90,6 +95,13 @@ class GpuTracker {
     }
     end_batch(stream, now, usage);
   }
+
+  // Whether this process counts itself in usage.gpus[gpu].busy_processes
+  // (set before its first launch after an idle spell, cleared by the poller
+  // once everything completed).
+  bool busy() const noexcept { return busy_.load(std::memory_order_relaxed); }
+  void mark_busy() noexcept;
+  void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
@@ -106,6 +118,7 @@ class GpuTracker {
   void poll_loop(shm::GpuUsage* usage) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t now, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
+  bool settle_idle_locked() noexcept;
 
   std::atomic<std::uint64_t> submitted_{0};       // launches forwarded by this process
   std::atomic<std::uint64_t> completed_{0};       // of those, known complete
@@ -125,6 +138,8 @@ class GpuTracker {
   std::atomic<std::uint32_t> progress_word_{0};     // bumped on every completed batch
   std::atomic<std::uint32_t> progress_waiters_{0};  // launching threads waiting on it
   std::atomic<bool> poller_idle_{false};
+  std::atomic<bool> busy_{false};
+  unsigned gpu_ = 0;  // index in limits.gpus[] (bound once, at creation)
   std::atomic<bool> poller_started_{false};
 
   std::mutex mu_;  // batches_, free_events_, ctx_ (never on the fast path)

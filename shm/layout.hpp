@@ -120,7 +120,12 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // defers the next holder's grant until about then, so a long kernel's
   // overrun does not share the GPU with the next holder's work.
   std::atomic<std::uint64_t> expected_drain_ns;
-  std::uint8_t reserved[32];
+  // Processes of the allocation with work in flight on this GPU (each also
+  // sets its bit in ProcessSlot::busy_gpus, so a reclaimer can take a dead
+  // one's share back). drained_ns speaks for the allocation only while this
+  // is 0: one idle process must not declare another one's queue drained.
+  std::atomic<std::uint32_t> busy_processes;
+  std::uint8_t reserved[28];
 };
 
 enum class SlotState : std::uint32_t {
@@ -140,7 +145,8 @@ struct ProcessSlot {                       // 320 bytes
   std::atomic<std::uint64_t> heartbeat_ns;        // CLOCK_MONOTONIC
   std::atomic<std::uint64_t> bytes[kMaxGpus];     // tracked allocations
   std::atomic<std::uint64_t> overhead[kMaxGpus];  // charged context/module overhead
-  std::uint8_t reserved[24];
+  std::atomic<std::uint32_t> busy_gpus;           // bit g: counted in gpus[g].busy_processes
+  std::uint8_t reserved[20];
 };
 
 struct UsageRegion {
@@ -185,5 +191,7 @@ static_assert(sizeof(UsageRegion) ==
 
 static_assert(offsetof(ProcessSlot, bytes) == 40);
 static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
+static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
+static_assert(offsetof(GpuUsage, busy_processes) == 96);
 
 }  // namespace cushare::shm

@@ -7,6 +7,14 @@ constexpr auto u32(SlotState s) {
   return static_cast<std::uint32_t>(s);
 }
 
+// Never below zero, whatever a tenant wrote into the counter.
+void leave_busy(GpuUsage& gpu) {
+  std::uint32_t cur = gpu.busy_processes.load(std::memory_order_relaxed);
+  while (cur > 0 && !gpu.busy_processes.compare_exchange_weak(
+                        cur, cur - 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 std::optional<unsigned> claim_slot(UsageRegion& usage, const ProcessIdentity& self,
@@ -54,6 +62,12 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
     if (b + o != 0) usage.gpus[g].used_bytes.fetch_sub(b + o, std::memory_order_acq_rel);
     returned += b + o;
   }
+  // The process's in-flight marks go with it (exactly one caller gets here
+  // per slot, and the owner clears a bit only if it is still set).
+  const std::uint32_t busy = s.busy_gpus.exchange(0, std::memory_order_acq_rel);
+  for (unsigned g = 0; g < kMaxGpus; ++g) {
+    if (busy & (1u << g)) leave_busy(usage.gpus[g]);
+  }
   s.host_pid.store(0, std::memory_order_relaxed);
   s.heartbeat_ns.store(0, std::memory_order_relaxed);
   s.start_time.store(0, std::memory_order_relaxed);
@@ -63,6 +77,17 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
   s.state.compare_exchange_strong(reclaiming, u32(SlotState::kFree), std::memory_order_acq_rel,
                                   std::memory_order_relaxed);
   return returned;
+}
+
+void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  const std::uint32_t bit = 1u << gpu;
+  if ((slot.busy_gpus.fetch_or(bit, std::memory_order_seq_cst) & bit) == 0)
+    usage.gpus[gpu].busy_processes.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  const std::uint32_t bit = 1u << gpu;
+  if (slot.busy_gpus.fetch_and(~bit, std::memory_order_seq_cst) & bit) leave_busy(usage.gpus[gpu]);
 }
 
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index) {

@@ -38,6 +38,12 @@ inline void heartbeat(ProcessSlot& slot, std::uint64_t now_ns) {
 // if the slot was not active (already reclaimed).
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index);
 
+// The process of `slot` has work in flight on `gpu` (counted once in
+// usage.gpus[gpu].busy_processes however often it is called), or no longer
+// has. A reclaim or release takes the slot's marks back.
+void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+
 // Moves slot `index` from `expected` to kReclaiming (only one caller can
 // succeed), returns its bytes and overhead to the totals, clears it and frees
 // it. Returns the bytes returned, or nullopt when the state was not

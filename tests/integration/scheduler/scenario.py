@@ -22,6 +22,7 @@ import time
 
 # name -> (tenants, checks). Tenant: (name, limit %, mode, kernel_us).
 # Check: ("share", tenant, target, tolerance) | ("min", tenant, value)
+#        | ("busy_share", tenant, target, tol): of the time the device was busy
 #        | ("device", target, tol) | ("device_min", value)
 SCENARIOS = {
     "capped30": ([("t1", 30, "capped", "1000")], [("share", "t1", 30, 2)]),
@@ -36,10 +37,15 @@ SCENARIOS = {
     "mixed_kernels": ([("t1", 25, "burst", "50~20000"), ("t2", 75, "burst", "50~20000")],
                       [("share", "t1", 25, 3), ("share", "t2", 75, 3)]),
     # The same short cycle of very unequal kernels, repeated (a training
-    # step's fixed kernel sequence).
+    # step's fixed kernel sequence). Judged on the split of the time the
+    # device was busy, plus a utilization floor: the idle gaps after long
+    # kernels (a few tenths of a percent each) fall inside the holders'
+    # leases and cost the larger tenant most, which is not what this
+    # scenario is about (a queue that outgrows the leases: 65 / 35 once).
     "cycled_kernels": ([("t1", 25, "burst", "50,1000,20000,200,5000"),
                         ("t2", 75, "burst", "50,1000,20000,200,5000")],
-                       [("share", "t1", 25, 3), ("share", "t2", 75, 3)]),
+                       [("busy_share", "t1", 25, 2), ("busy_share", "t2", 75, 2),
+                        ("device_min", 95)]),
 }
 
 
@@ -97,8 +103,9 @@ class Env:
         self.daemon.send_signal(signal.SIGKILL)
         self.daemon.wait()
 
-    def start_tenant(self, name, limit, mode, kernel_us, seconds):
-        folder = os.path.join(self.run_dir, "alloc", name)
+    def start_tenant(self, name, limit, mode, kernel_us, seconds, alloc=None):
+        """One spin_worker process `name` in allocation `alloc` (default: `name`)."""
+        folder = os.path.join(self.run_dir, "alloc", alloc or name)
         os.makedirs(folder, exist_ok=True)
         env = dict(self.base_env)
         env.update({
@@ -174,6 +181,11 @@ def check(shares, checks):
             _, target, tol = c
             if abs(shares["device"] - target) > tol:
                 failures.append(f"device: {shares['device']:.1f} % not within {target} +- {tol}")
+        elif c[0] == "busy_share":
+            _, name, target, tol = c
+            split = 100.0 * shares[name] / shares["device"] if shares["device"] > 0 else 0.0
+            if abs(split - target) > tol:
+                failures.append(f"{name}: {split:.1f} % of the busy time not within {target} +- {tol}")
         elif c[0] == "device_min":
             if shares["device"] < c[1]:
                 failures.append(f"device: {shares['device']:.1f} % below {c[1]}")
@@ -208,6 +220,24 @@ def run_late_joiner(env, window, warmup):
     time.sleep(window)
     shares = env.shares(before, env.stat())
     checks = [("share", "t1", 25, 2), ("share", "t2", 75, 2)]
+    return shares, check(shares, checks), checks
+
+
+def run_multi_process(env, window, warmup):
+    """Two processes in one allocation, one with short and one with long
+    kernels, against a single-process tenant, weights 1:3: the allocation's
+    share is the sum of its processes' (one process seeing its own queue
+    empty must not end the other's overrun)."""
+    env.start_tenant("t1_short", 25, "burst", "1000", seconds=warmup + window + 3, alloc="t1")
+    env.start_tenant("t1_long", 25, "burst", "20000", seconds=warmup + window + 3, alloc="t1")
+    env.start_tenant("t2", 75, "burst", "1000", seconds=warmup + window + 3)
+    env.wait_ready(["t1_short", "t1_long", "t2"])
+    time.sleep(warmup)
+    before = env.stat()
+    time.sleep(window)
+    shares = env.shares(before, env.stat())
+    shares["t1"] = shares["t1_short"] + shares["t1_long"]
+    checks = [("share", "t1", 25, 3), ("share", "t2", 75, 3)]
     return shares, check(shares, checks), checks
 
 
@@ -275,7 +305,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--name", required=True,
-                    choices=sorted(SCENARIOS) + ["late_joiner", "daemon_restart", "kill_holder"])
+                    choices=sorted(SCENARIOS) + ["late_joiner", "multi_process", "daemon_restart",
+                                                 "kill_holder"])
     ap.add_argument("--window", type=float, default=2.5)
     ap.add_argument("--warmup", type=float, default=0.7)
     ap.add_argument("--quantum-ms", type=float, default=10)
@@ -287,6 +318,8 @@ def main():
         env.start_daemon()
         if a.name == "late_joiner":
             shares, failures, checks = run_late_joiner(env, a.window, a.warmup)
+        elif a.name == "multi_process":
+            shares, failures, checks = run_multi_process(env, a.window, a.warmup)
         elif a.name == "daemon_restart":
             shares, failures, checks = run_daemon_restart(env, a.window, a.warmup)
         elif a.name == "kill_holder":

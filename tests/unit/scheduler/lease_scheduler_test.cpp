@@ -255,6 +255,55 @@ TEST(LeaseScheduler, NextGrantWaitsForTheFormerHoldersQueuedWork) {
   EXPECT_EQ(s2.stats(1).attributed_ns, cfg.quantum_ns + 2 * kMs);
 }
 
+TEST(LeaseScheduler, ABusyProcessKeepsTheAllocationUndrained) {
+  // Two processes in tenant 1's allocation: the one with short kernels saw
+  // its own queue empty and published a drain mark past the lease end, the
+  // other still runs a long kernel. The mark does not speak for the
+  // allocation while a process counts itself busy.
+  SchedulerConfig cfg;
+  LeaseScheduler s(cfg);
+  s.set_tenant(1, burst(1), kT0);
+  s.set_tenant(2, burst(1), kT0);
+  s.set_signals(1, {.waiting = 1});
+  const std::uint64_t end = s.step(kT0).expiry_ns;
+  s.set_signals(1, {.waiting = 0,
+                    .last_submit_ns = end - kUs,
+                    .drained_ns = end + kMs,
+                    .expected_drain_ns = end + 20 * kMs,
+                    .busy_processes = 1});
+  s.set_signals(2, {.waiting = 1});
+  EXPECT_FALSE(s.step(end + kMs).holder.has_value());
+  EXPECT_FALSE(s.step(end + 10 * kMs).holder.has_value());
+  // The long kernel ends: that process leaves the busy count and publishes.
+  s.set_signals(1, {.waiting = 0,
+                    .last_submit_ns = end - kUs,
+                    .drained_ns = end + 20 * kMs,
+                    .expected_drain_ns = end + 20 * kMs,
+                    .busy_processes = 0});
+  EXPECT_EQ(s.step(end + 20 * kMs + kUs).holder, 2u);
+  EXPECT_EQ(s.stats(1).attributed_ns, cfg.quantum_ns + 20 * kMs);
+}
+
+TEST(LeaseScheduler, HolderWithABusyProcessIsNotIdle) {
+  SchedulerConfig cfg;
+  LeaseScheduler s(cfg);
+  s.set_tenant(1, burst(1), kT0);
+  s.set_signals(1, {.waiting = 1});
+  ASSERT_EQ(s.step(kT0).holder, 1u);
+  // Nothing waiting, the drain mark past the last submission, but one
+  // process still has work in flight: the lease stays.
+  s.set_signals(1, {.waiting = 0,
+                    .last_submit_ns = kT0 + kMs,
+                    .drained_ns = kT0 + 2 * kMs,
+                    .busy_processes = 1});
+  EXPECT_EQ(s.step(kT0 + 2 * kMs + cfg.idle_grace_ns + kUs).holder, 1u);
+  s.set_signals(1, {.waiting = 0,
+                    .last_submit_ns = kT0 + kMs,
+                    .drained_ns = kT0 + 2 * kMs,
+                    .busy_processes = 0});
+  EXPECT_FALSE(s.step(kT0 + 2 * kMs + cfg.idle_grace_ns + 2 * kUs).holder.has_value());
+}
+
 TEST(LeaseScheduler, IdleHolderReleasesEarly) {
   SchedulerConfig cfg;
   Sim sim(cfg);

@@ -188,5 +188,59 @@ TEST(ShmProcessSlots, ReclaimNeverStealsAReclaimedAndReclaimedSlot) {
   EXPECT_EQ(slot_state(usage->slots[*i]), SlotState::kActive);
 }
 
+TEST(ShmProcessSlots, BusyMarksCountEachProcessOnce) {
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  auto a = claim_slot(*usage, id, 1);
+  auto b = claim_slot(*usage, id, 1);
+  ASSERT_TRUE(a && b);
+  ProcessSlot& sa = usage->slots[*a];
+  ProcessSlot& sb = usage->slots[*b];
+  mark_busy(*usage, sa, 3);
+  mark_busy(*usage, sa, 3);  // idempotent
+  mark_busy(*usage, sb, 3);
+  mark_busy(*usage, sb, 0);
+  EXPECT_EQ(usage->gpus[3].busy_processes.load(), 2u);
+  EXPECT_EQ(usage->gpus[0].busy_processes.load(), 1u);
+  clear_busy(*usage, sa, 3);
+  clear_busy(*usage, sa, 3);  // idempotent
+  EXPECT_EQ(usage->gpus[3].busy_processes.load(), 1u);
+  EXPECT_EQ(sa.busy_gpus.load(), 0u);
+  EXPECT_EQ(sb.busy_gpus.load(), (1u << 3) | 1u);
+}
+
+TEST(ShmProcessSlots, ReclaimTakesADeadProcessOutOfTheBusyCount) {
+  // A process killed with work in flight never clears its marks: whoever
+  // reclaims (or releases) its slot does, exactly once.
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  auto live = claim_slot(*usage, id, 1);
+  auto dead = claim_slot(*usage, id, 1);
+  ASSERT_TRUE(live && dead);
+  mark_busy(*usage, usage->slots[*live], 2);
+  mark_busy(*usage, usage->slots[*dead], 2);
+  mark_busy(*usage, usage->slots[*dead], 5);
+  ASSERT_TRUE(reclaim_slot(*usage, *dead, SlotState::kActive).has_value());
+  EXPECT_FALSE(reclaim_slot(*usage, *dead, SlotState::kActive).has_value());
+  EXPECT_EQ(usage->gpus[2].busy_processes.load(), 1u);
+  EXPECT_EQ(usage->gpus[5].busy_processes.load(), 0u);
+  EXPECT_EQ(usage->slots[*dead].busy_gpus.load(), 0u);
+  // The owner clearing after the reclaim changes nothing.
+  clear_busy(*usage, usage->slots[*dead], 5);
+  EXPECT_EQ(usage->gpus[5].busy_processes.load(), 0u);
+  ASSERT_TRUE(release_slot(*usage, *live).has_value());
+  EXPECT_EQ(usage->gpus[2].busy_processes.load(), 0u);
+}
+
+TEST(ShmProcessSlots, ABusyCountATenantZeroedNeverWrapsOnReclaim) {
+  auto usage = std::make_unique<UsageRegion>();
+  auto i = claim_slot(*usage, me(), 1);
+  ASSERT_TRUE(i);
+  mark_busy(*usage, usage->slots[*i], 1);
+  usage->gpus[1].busy_processes.store(0);  // written over by a tenant
+  ASSERT_TRUE(release_slot(*usage, *i).has_value());
+  EXPECT_EQ(usage->gpus[1].busy_processes.load(), 0u);
+}
+
 }  // namespace
 }  // namespace cushare::shm

@@ -38,7 +38,8 @@ json gpu_entry_json(const AllocationGpu& g) {
         {"launches", g.launches},
         {"throttled_launches", g.throttled_launches},
         {"throttled_ns", g.throttled_ns},
-        {"demand", g.demand}}},
+        {"demand", g.demand},
+        {"busy_processes", g.busy_processes}}},
       {"lease",
        {{"held", g.lease_held},
         {"grants", g.lease_grants},
@@ -70,6 +71,7 @@ AllocationGpu gpu_entry_from_json(const json& j) {
   g.throttled_launches = c.at("throttled_launches").get<std::uint64_t>();
   g.throttled_ns = c.at("throttled_ns").get<std::uint64_t>();
   g.demand = c.at("demand").get<std::uint32_t>();
+  g.busy_processes = c.value("busy_processes", std::uint32_t{0});
   const json& l = j.at("lease");
   g.lease_held = l.at("held").get<bool>();
   g.lease_grants = l.at("grants").get<std::uint64_t>();

@@ -92,6 +92,7 @@ Allocation allocation_from_regions(const RegionViews& regions, const std::string
       const shm::GpuUsage& usage = regions.usage->gpus[i];
       gpu.used_bytes = usage.used_bytes.load(std::memory_order_relaxed);
       gpu.demand = usage.demand.load(std::memory_order_relaxed);
+      gpu.busy_processes = usage.busy_processes.load(std::memory_order_relaxed);
       gpu.launches = usage.launches.load(std::memory_order_relaxed);
       gpu.throttled_launches = usage.throttled_launches.load(std::memory_order_relaxed);
       gpu.throttled_ns = usage.throttled_ns.load(std::memory_order_relaxed);

@@ -183,7 +183,8 @@ std::string render_allocation(const Allocation& alloc, const std::vector<GpuInfo
                       " handoffs, busy " + format_duration_ns(g.busy_ns));
     line("launches", std::to_string(g.launches) + " (" + std::to_string(g.throttled_launches) +
                          " throttled, " + format_duration_ns(g.throttled_ns) +
-                         " waiting), demand " + std::to_string(g.demand));
+                         " waiting), demand " + std::to_string(g.demand) + ", busy processes " +
+                         std::to_string(g.busy_processes));
     std::string oom = std::to_string(g.oom_refusals) + " refusals";
     if (g.oom_refusals > 0)
       oom += "; last " + format_bytes(g.last_oom_request_bytes) + " requested at " +

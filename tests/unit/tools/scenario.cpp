@@ -31,6 +31,7 @@ void write_scenario_node(const std::filesystem::path& run_dir, bool daemon_heart
   a.usage->gpus[0].launches = 98765;
   a.usage->gpus[0].throttled_launches = 4321;
   a.usage->gpus[0].throttled_ns = 12'300'000'000;
+  a.usage->gpus[0].busy_processes = 1;
   a.usage->gpus[0].busy_ns = 60'100'000'000;
   a.usage->gpus[0].oom_refusals = 2;
   a.usage->gpus[0].last_oom_request_bytes = 2 * kGi;

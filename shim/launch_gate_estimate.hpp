@@ -10,6 +10,11 @@ namespace cushare::shim::gate {
 
 // Before the first measured batch: at most this many launches in flight.
 inline constexpr std::uint64_t kBootstrapPending = 2;
+// Slow start: the launches in flight may double with every completed batch
+// from kBootstrapPending, up to here (then only the time estimate counts).
+// The first samples come from the first one or two kernels; a burst priced
+// at their average could queue far more than the horizon of longer ones.
+inline constexpr std::uint64_t kMaxWindow = 1u << 16;
 
 struct QueueSnapshot {
   std::uint64_t pending = 0;        // launches submitted and not known complete
@@ -18,16 +23,18 @@ struct QueueSnapshot {
   // Pending launches up to the end of the oldest unfinished batch (all of
   // them when no batch is recorded).
   std::uint64_t head = 0;
+  std::uint64_t window = kMaxWindow;  // launches allowed in flight (slow start)
 };
 
 // Pending launches x the GPU time per launch, less what the GPU has done
-// since `since_ns`. Before the first measurement kBootstrapPending launches
-// count as more than the whole horizon.
+// since `since_ns`. Before the first measurement kBootstrapPending launches,
+// and later a full slow-start window, count as more than the whole horizon.
 inline std::uint64_t estimate_queued_ns(const QueueSnapshot& q, std::uint64_t now,
                                         std::uint64_t horizon_ns) noexcept {
   if (q.pending == 0) return 0;
   std::uint64_t per = q.per_launch_ns;
   if (per == 0) return q.pending >= kBootstrapPending ? horizon_ns + 1 : 1;
+  if (q.pending >= q.window) return horizon_ns + 1;
   const std::uint64_t done = now > q.since_ns ? now - q.since_ns : 0;
   // The head has run for `done` and is not complete, so its launches take
   // at least done / head each, whatever the average says. Without this an

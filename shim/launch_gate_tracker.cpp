@@ -77,6 +77,7 @@ void GpuTracker::reset_after_fork() noexcept {
   submitted_.store(0);
   completed_.store(0);
   per_launch_ns_.store(0);
+  window_.store(kBootstrapPending);
   last_completion_ns_ = 0;
   last_completion_atomic_.store(0);
   tail_first_ns_.store(0);
@@ -216,6 +217,8 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   }
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);
+  const std::uint64_t window = window_.load(std::memory_order_relaxed);
+  if (window < kMaxWindow) window_.store(window * 2, std::memory_order_relaxed);
   progress_word_.fetch_add(1, std::memory_order_release);
   if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
   completed_.store(std::max(prev_end, done.end_count), std::memory_order_release);

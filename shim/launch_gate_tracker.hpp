@@ -56,7 +56,8 @@ class GpuTracker {
         {.pending = pending,
          .per_launch_ns = per_launch_ns_.load(std::memory_order_relaxed),
          .since_ns = since,
-         .head = oldest && oldest_end > completed ? oldest_end - completed : pending},
+         .head = oldest && oldest_end > completed ? oldest_end - completed : pending,
+         .window = window_.load(std::memory_order_relaxed)},
         now, horizon_ns);
   }
   std::uint64_t pending_launches() const noexcept {
@@ -120,12 +121,13 @@ class GpuTracker {
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
   bool settle_idle_locked() noexcept;
 
-  std::atomic<std::uint64_t> submitted_{0};       // launches forwarded by this process
-  std::atomic<std::uint64_t> completed_{0};       // of those, known complete
-  std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
-  std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
-  std::uint64_t published_launches_ = 0;          // under mu_: launches added to usage.launches
-  std::uint64_t last_completion_ns_ = 0;          // under mu_
+  std::atomic<std::uint64_t> submitted_{0};               // launches forwarded by this process
+  std::atomic<std::uint64_t> completed_{0};               // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};          // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};           // EMA of GPU time per launch
+  std::atomic<std::uint64_t> window_{kBootstrapPending};  // slow start (launch_gate_estimate.hpp)
+  std::uint64_t published_launches_ = 0;  // under mu_: launches added to usage.launches
+  std::uint64_t last_completion_ns_ = 0;  // under mu_
   std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
   std::atomic<std::uint64_t> oldest_batch_ns_{0};   // first submit of the oldest recorded batch
   std::atomic<std::uint64_t> oldest_batch_end_{0};  // its end_count

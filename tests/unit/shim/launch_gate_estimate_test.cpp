@@ -60,6 +60,17 @@ TEST(LaunchGateEstimate, TheQueueCannotGrowBehindAStuckHead) {
   }
 }
 
+TEST(LaunchGateEstimate, SlowStartCapsTheLaunchesInFlight) {
+  // 80 us learnt from one short kernel would admit 25 launches; a window of
+  // 4 (one batch completed) admits 4, whatever the estimate says.
+  QueueSnapshot q{.pending = 3, .per_launch_ns = 80'000, .since_ns = kNow, .head = 3, .window = 4};
+  EXPECT_LE(estimate_queued_ns(q, kNow, kHorizon), kHorizon);
+  q.pending = 4;
+  EXPECT_GT(estimate_queued_ns(q, kNow, kHorizon), kHorizon);
+  q.window = kMaxWindow;
+  EXPECT_LE(estimate_queued_ns(q, kNow, kHorizon), kHorizon);
+}
+
 TEST(LaunchGateEstimate, HeadIsClampedToThePendingCount) {
   // Counters read at slightly different times may disagree.
   const QueueSnapshot q{

@@ -10,8 +10,11 @@
 #include "shim/launch_gate.hpp"
 
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <mutex>
 
 #include "shim/allocation_state.hpp"
@@ -27,6 +30,8 @@ using gate::kQueueHorizonNs;
 // A daemon whose heartbeat is older than this is gone: leases are no longer
 // handed out, so capped allocations fall back to a local duty cycle.
 constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
+// How long a process waits for a daemon to discover a new allocation.
+constexpr std::uint64_t kFirstHeartbeatWaitNs = 500'000'000;
 // How long a waiter sleeps on the lease futex before it looks at the
 // heartbeat again.
 constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
@@ -87,9 +92,47 @@ std::uint64_t duty_cycle_wait(const shm::LimitsRegion& limits, unsigned gpu,
   return period - phase;
 }
 
-bool daemon_alive(const shm::LimitsRegion& limits, std::uint64_t now) noexcept {
-  const std::uint64_t hb = limits.daemon_heartbeat_ns.load(std::memory_order_acquire);
-  return hb != 0 && now < hb + kHeartbeatStaleNs;
+// Whether the node run dir this allocation lives in (RUN/alloc/<id>) holds a
+// daemon's control socket (RUN/cushared.sock). Looked up once per process.
+bool node_has_daemon_socket(const AllocationState& st) noexcept {
+  static std::atomic<int> cached{-1};
+  int v = cached.load(std::memory_order_acquire);
+  if (v >= 0) return v == 1;
+  v = 0;
+  try {
+    const std::filesystem::path folder(st.run_dir);
+    if (folder.parent_path().filename() == "alloc") {
+      struct stat sb {};
+      const auto sock = folder.parent_path().parent_path() / "cushared.sock";
+      v = ::stat(sock.c_str(), &sb) == 0 && S_ISSOCK(sb.st_mode) ? 1 : 0;
+    }
+  } catch (...) {
+    v = 0;
+  }
+  cached.store(v, std::memory_order_release);
+  return v == 1;
+}
+
+// A limits region never ticked (heartbeat 0) may just be new: the shim made
+// it and the daemon has not discovered it yet (inotify, then its next tick).
+// Where a daemon serves the node, wait for it like for a lease instead of
+// running unarbitrated, for at most kFirstHeartbeatWaitNs from the first
+// time this process saw it so.
+bool daemon_expected(const AllocationState& st, std::uint64_t now) noexcept {
+  static std::atomic<std::uint64_t> first_seen{0};
+  if (!node_has_daemon_socket(st)) return false;
+  std::uint64_t since = first_seen.load(std::memory_order_relaxed);
+  if (since == 0) {
+    first_seen.compare_exchange_strong(since, now, std::memory_order_relaxed);
+    since = first_seen.load(std::memory_order_relaxed);
+  }
+  return now < since + kFirstHeartbeatWaitNs;
+}
+
+bool daemon_alive(const AllocationState& st, std::uint64_t now) noexcept {
+  const std::uint64_t hb = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
+  if (hb == 0) return daemon_expected(st, now);
+  return now < hb + kHeartbeatStaleNs;
 }
 
 void sleep_ns(std::uint64_t ns) noexcept {
@@ -111,7 +154,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   for (;;) {
     const std::uint64_t now = monotonic_now_ns();
     std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
-    if (!daemon_alive(limits, now)) {
+    if (!daemon_alive(st, now)) {
       // No arbitration: limits stay in force locally (capped), burst runs.
       const std::uint64_t wait = duty_cycle_wait(limits, gpu, now);
       if (wait == 0) {

@@ -11,10 +11,10 @@ using namespace cushare::shim;
 
 namespace {
 
+// Under CUSHARE_DISABLE=1 (or before initialisation, or failed) there is no
+// allocation state, and enter and exit pass straight through.
 template <class Call>
 CUresult gated(CUstream stream, Call&& call) {
-  if (disabled_by_env()) [[unlikely]]
-    return call();
   if (const CUresult g = launch_gate_enter(stream); g != CUDA_SUCCESS) return g;
   const CUresult rc = call();
   launch_gate_exit(stream, rc);

@@ -56,7 +56,8 @@ unsigned gpu_of_launch(const AllocationState& st) noexcept {
 }
 
 // Whether a launch may go now while holding a lease that expires at `expiry`.
-bool queue_allows(std::uint64_t now, std::uint64_t expiry, const gate::GpuTracker& tr) noexcept {
+[[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
+                                                const gate::GpuTracker& tr) noexcept {
   const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
   if (queued == 0) return true;  // nothing in flight: one launch always may go
   // Work launched now starts after what is queued: keep it inside the lease.
@@ -193,6 +194,26 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   return CUDA_SUCCESS;
 }
 
+// Everything but the fast path, kept out of line so that the fast path stays
+// a leaf with a small frame.
+[[gnu::noinline, gnu::cold]] CUresult enter_slow(const AllocationState& st, unsigned gpu,
+                                                 CUstream stream, gate::GpuTracker& tr) noexcept {
+  const std::uint64_t now = t_gate.now;
+  const std::uint64_t expiry = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  if (!(now < expiry && queue_allows(now, expiry, tr))) {
+    if (const CUresult rc = slow_path(st, gpu, stream); rc != CUDA_SUCCESS) return rc;
+  }
+  if (!tr.busy()) {
+    // First launch after an idle spell: count this process busy before the
+    // work exists, and stamp the launch after that (on the clock the other
+    // processes' pollers publish drain marks with), so no other process of
+    // the allocation can declare the queue drained past it.
+    tr.mark_busy();
+    t_gate.now = gate::monotonic_now_ns();
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult launch_gate_enter(CUstream stream) noexcept {
@@ -210,18 +231,10 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
   const std::uint64_t expiry =
       st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
-  if (!(now < expiry && queue_allows(now, expiry, tr))) [[unlikely]] {
-    if (const CUresult rc = slow_path(*st, gpu, stream); rc != CUDA_SUCCESS) return rc;
+  if (now < expiry && queue_allows(now, expiry, tr) && tr.busy()) [[likely]] {
+    return CUDA_SUCCESS;
   }
-  if (!tr.busy()) [[unlikely]] {
-    // First launch after an idle spell: count this process busy before the
-    // work exists, and stamp the launch after that (on the clock the other
-    // processes' pollers publish drain marks with), so no other process of
-    // the allocation can declare the queue drained past it.
-    tr.mark_busy();
-    t_gate.now = gate::monotonic_now_ns();
-  }
-  return CUDA_SUCCESS;
+  return enter_slow(*st, gpu, stream, tr);
 }
 
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {

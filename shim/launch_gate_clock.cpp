@@ -12,7 +12,7 @@
 namespace cushare::shim::gate {
 
 namespace detail {
-__attribute__((tls_model("initial-exec"))) thread_local tsc::Anchor t_clock_anchor;
+__attribute__((tls_model("initial-exec"))) constinit thread_local tsc::Anchor t_clock_anchor;
 }  // namespace detail
 
 namespace {

@@ -14,7 +14,8 @@
 namespace cushare::shim::gate {
 
 namespace detail {
-extern __attribute__((tls_model("initial-exec"))) thread_local tsc::Anchor t_clock_anchor;
+// constinit: no dynamic initialisation, so no TLS wrapper call on the fast path.
+extern __attribute__((tls_model("initial-exec"))) constinit thread_local tsc::Anchor t_clock_anchor;
 // Takes a fresh paired reading (or reads the clock when the counter is not
 // used) and returns the time.
 std::uint64_t reanchor_now_ns() noexcept;

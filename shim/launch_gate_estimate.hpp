@@ -29,8 +29,9 @@ struct QueueSnapshot {
 // Pending launches x the GPU time per launch, less what the GPU has done
 // since `since_ns`. Before the first measurement kBootstrapPending launches,
 // and later a full slow-start window, count as more than the whole horizon.
-inline std::uint64_t estimate_queued_ns(const QueueSnapshot& q, std::uint64_t now,
-                                        std::uint64_t horizon_ns) noexcept {
+[[gnu::always_inline]] inline std::uint64_t estimate_queued_ns(const QueueSnapshot& q,
+                                                               std::uint64_t now,
+                                                               std::uint64_t horizon_ns) noexcept {
   if (q.pending == 0) return 0;
   std::uint64_t per = q.per_launch_ns;
   if (per == 0) return q.pending >= kBootstrapPending ? horizon_ns + 1 : 1;

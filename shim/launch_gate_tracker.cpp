@@ -73,8 +73,7 @@ void GpuTracker::reset_after_fork() noexcept {
   ctx_ = nullptr;
   oldest_batch_ns_.store(0);
   oldest_batch_end_.store(0);
-  busy_.store(false);  // the child has a slot of its own, with no marks
-  submitted_.store(0);
+  submitted_.store(kIdle);  // the child has a slot of its own, with no marks
   completed_.store(0);
   per_launch_ns_.store(0);
   window_.store(kBootstrapPending);
@@ -116,7 +115,7 @@ void GpuTracker::end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
 }
 
 void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept {
-  const std::uint64_t end = submitted_.load(std::memory_order_acquire);
+  const std::uint64_t end = submitted_count();
   if (end <= recorded_count_.load(std::memory_order_relaxed)) return;  // nothing unrecorded
   std::uint64_t first = tail_first_ns_.load(std::memory_order_acquire);
   const std::uint64_t tail_first = first;
@@ -181,17 +180,17 @@ void GpuTracker::mark_busy() noexcept {
   if (const AllocationState* st = allocation_state(); st && st->slot) {
     shm::mark_busy(*st->usage, *st->slot, gpu_);
   }
-  busy_.store(true, std::memory_order_seq_cst);
+  submitted_.fetch_and(~kIdle, std::memory_order_seq_cst);
 }
 
 // Everything this process submitted has completed: it leaves the busy count
 // (unless a launch slipped in meanwhile). Returns whether it is still idle.
 bool GpuTracker::settle_idle_locked() noexcept {
-  if (busy_.load(std::memory_order_relaxed)) {
-    busy_.store(false, std::memory_order_seq_cst);
+  if (busy()) {
     const AllocationState* st = allocation_state();
     if (st && st->slot) shm::clear_busy(*st->usage, *st->slot, gpu_);
-    if (pending_launches() != 0) {
+    const std::uint64_t before = submitted_.fetch_or(kIdle, std::memory_order_seq_cst);
+    if ((before & ~kIdle) != completed_.load(std::memory_order_acquire)) {
       mark_busy();  // a launch got past the gate while we cleared
       return false;
     }

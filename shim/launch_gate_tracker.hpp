@@ -41,9 +41,10 @@ class GpuTracker {
  public:
   // Fast path: GPU time of the work launched and not known complete
   // (launch_gate_estimate.hpp).
-  std::uint64_t queued_estimate_ns(std::uint64_t now, std::uint64_t horizon_ns) const noexcept {
+  [[gnu::always_inline]] std::uint64_t queued_estimate_ns(std::uint64_t now,
+                                                          std::uint64_t horizon_ns) const noexcept {
     const std::uint64_t completed = completed_.load(std::memory_order_acquire);
-    const std::uint64_t pending = submitted_.load(std::memory_order_relaxed) - completed;
+    const std::uint64_t pending = submitted_count() - completed;
     if (pending == 0) return 0;
     // The GPU has been working through the queue since the last completion
     // we saw (or since the oldest pending launch, if it came later).
@@ -61,12 +62,11 @@ class GpuTracker {
         now, horizon_ns);
   }
   std::uint64_t pending_launches() const noexcept {
-    return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_acquire);
+    return submitted_count() - completed_.load(std::memory_order_acquire);
   }
   // Launches not covered by any recorded event yet.
   bool has_tail() const noexcept {
-    return submitted_.load(std::memory_order_acquire) >
-           recorded_count_.load(std::memory_order_acquire);
+    return submitted_count() > recorded_count_.load(std::memory_order_acquire);
   }
   std::uint64_t per_launch_ns() const noexcept {
     return per_launch_ns_.load(std::memory_order_relaxed);
@@ -76,12 +76,11 @@ class GpuTracker {
   // event when a batch is due, which takes the tracker's mutex).
   void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
     // Counted first: the launch is in its stream already, so any event
-    // recorded after a record_locked() saw this count covers it.
-    submitted_.fetch_add(1, std::memory_order_seq_cst);
-    // The poller may have found the queue empty and cleared the busy mark
-    // between this launch's gate check and its count (it re-checks the
-    // count after clearing; seq_cst on both sides: one of us sees it).
-    if (!busy_.load(std::memory_order_seq_cst)) [[unlikely]]
+    // recorded after a record_locked() saw this count covers it. The poller
+    // may have found the queue empty and set kIdle between this launch's
+    // gate check and its count: one RMW on the same word orders the two, so
+    // either it sees this launch or this launch sees kIdle and marks again.
+    if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
       mark_busy();
     if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
       begin_tail(now);
@@ -100,7 +99,7 @@ class GpuTracker {
   // Whether this process counts itself in usage.gpus[gpu].busy_processes
   // (set before its first launch after an idle spell, cleared by the poller
   // once everything completed).
-  bool busy() const noexcept { return busy_.load(std::memory_order_relaxed); }
+  bool busy() const noexcept { return !(submitted_.load(std::memory_order_relaxed) & kIdle); }
   void mark_busy() noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
 
@@ -112,6 +111,13 @@ class GpuTracker {
   void reset_after_fork() noexcept;
 
  private:
+  // submitted_'s top bit: this process is not counted busy (set by the
+  // poller when it found everything complete, and at start); the rest is
+  // the launch count.
+  static constexpr std::uint64_t kIdle = 1ull << 63;
+  std::uint64_t submitted_count() const noexcept {
+    return submitted_.load(std::memory_order_acquire) & ~kIdle;
+  }
   void begin_tail(std::uint64_t now) noexcept;
   void end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept;
   void record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept;
@@ -121,10 +127,10 @@ class GpuTracker {
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
   bool settle_idle_locked() noexcept;
 
-  std::atomic<std::uint64_t> submitted_{0};               // launches forwarded by this process
-  std::atomic<std::uint64_t> completed_{0};               // of those, known complete
-  std::atomic<std::uint64_t> recorded_count_{0};          // of those, covered by a recorded event
-  std::atomic<std::uint64_t> per_launch_ns_{0};           // EMA of GPU time per launch
+  std::atomic<std::uint64_t> submitted_{kIdle};   // launches forwarded by this process, | kIdle
+  std::atomic<std::uint64_t> completed_{0};       // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
   std::atomic<std::uint64_t> window_{kBootstrapPending};  // slow start (launch_gate_estimate.hpp)
   std::uint64_t published_launches_ = 0;  // under mu_: launches added to usage.launches
   std::uint64_t last_completion_ns_ = 0;  // under mu_
@@ -140,7 +146,6 @@ class GpuTracker {
   std::atomic<std::uint32_t> progress_word_{0};     // bumped on every completed batch
   std::atomic<std::uint32_t> progress_waiters_{0};  // launching threads waiting on it
   std::atomic<bool> poller_idle_{false};
-  std::atomic<bool> busy_{false};
   unsigned gpu_ = 0;  // index in limits.gpus[] (bound once, at creation)
   std::atomic<bool> poller_started_{false};
 

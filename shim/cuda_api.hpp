@@ -44,6 +44,7 @@ using PFN_cuArray3DCreate_v2000 = CUresult (*)(CUarray* pHandle,
 using PFN_cuCtxCreate_v2000 = CUresult (*)(CUcontext* pctx, unsigned int flags, CUdevice dev);
 using PFN_cuCtxDestroy_v2000 = CUresult (*)(CUcontext ctx);
 using PFN_cuStreamBeginCapture_v10000 = CUresult (*)(CUstream hStream);
+using PFN_cuStreamDestroy_v2000 = CUresult (*)(CUstream hStream);
 using PFN_cuDevicePrimaryCtxRelease_v7000 = CUresult (*)(CUdevice dev);
 using PFN_cuDevicePrimaryCtxReset_v7000 = CUresult (*)(CUdevice dev);
 

@@ -5,6 +5,7 @@
 #include "shim/graph_accounting.hpp"
 #include "shim/hook_decls.hpp"
 #include "shim/launch_gate.hpp"
+#include "shim/launch_gate_tracker.hpp"
 #include "shim/shim_env.hpp"
 
 using namespace cushare::shim;
@@ -246,4 +247,19 @@ extern "C" CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
 extern "C" CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   const RealDriver& r = real();
   return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
+}
+
+// Stream destruction: the gate may still need the handle for a tail of
+// launches (launch_gate_tracker.hpp); it records that tail first.
+extern "C" CUresult cuStreamDestroy(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamDestroy) return CUDA_ERROR_NOT_FOUND;
+  gate::streams_destroying(hStream);
+  return r.cuStreamDestroy(hStream);
+}
+
+extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
+  const RealDriver& r = real();
+  gate::streams_destroying(hStream);
+  return r.cuStreamDestroy_v2(hStream);
 }

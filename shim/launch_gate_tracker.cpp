@@ -89,6 +89,20 @@ void GpuTracker::reset_after_fork() noexcept {
   poller_idle_.store(false);
 }
 
+void GpuTracker::stream_destroyed(CUstream stream) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
+  std::lock_guard lock(mu_);
+  if (!has_tail() || tail_stream_.load(std::memory_order_relaxed) != stream) return;
+  if (stream_is_capturing(stream)) return;
+  const AllocationState* st = allocation_state();
+  record_locked(stream, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+}
+
+void streams_destroying(CUstream stream) noexcept {
+  if (!detail::g_trackers.load(std::memory_order_acquire)) return;
+  for (auto& t : detail::create_trackers()) t.stream_destroyed(stream);
+}
+
 void GpuTracker::begin_tail(std::uint64_t now) noexcept {
   std::uint64_t expected = 0;
   if (tail_first_ns_.compare_exchange_strong(expected, now, std::memory_order_acq_rel) &&
@@ -305,9 +319,14 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
     if (has_tail()) {
       const std::uint64_t due = tail_last_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs;
       if (now >= due) {
-        CUstream s = tail_stream_.load(std::memory_order_relaxed);
         std::lock_guard lock(mu_);
-        if (!stream_is_capturing(s)) record_locked(s, now, usage);
+        // Under the lock, so a stream_destroyed() either recorded the tail
+        // already or runs after this record. The per-thread default stream
+        // handle would mean this thread's: record on the legacy stream,
+        // which waits for the per-thread streams' earlier work.
+        CUstream s = tail_stream_.load(std::memory_order_relaxed);
+        if (s == CU_STREAM_PER_THREAD) s = nullptr;
+        if (has_tail() && !stream_is_capturing(s)) record_locked(s, now, usage);
         if (batches_.empty()) {
           // Could not record (capture in progress): look again shortly.
         } else {

@@ -80,12 +80,13 @@ class GpuTracker {
     // may have found the queue empty and set kIdle between this launch's
     // gate check and its count: one RMW on the same word orders the two, so
     // either it sees this launch or this launch sees kIdle and marks again.
+    // The stream first: whoever sees this launch counted finds its stream.
+    tail_stream_.store(stream, std::memory_order_relaxed);
     if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
       mark_busy();
     if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
       begin_tail(now);
     tail_last_ns_.store(now, std::memory_order_relaxed);
-    tail_stream_.store(stream, std::memory_order_relaxed);
     // Load + store, not an RMW: racing launchers at worst delay a record.
     const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
     since_record_.store(n, std::memory_order_relaxed);
@@ -106,6 +107,11 @@ class GpuTracker {
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
   void wait_for_progress(CUstream stream, std::uint64_t excess_ns, shm::GpuUsage& usage) noexcept;
+
+  // The application destroys `stream`: a tail last launched on it is
+  // recorded now, while the handle is valid (the poller would record it
+  // later, on a destroyed stream).
+  void stream_destroyed(CUstream stream) noexcept;
 
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;
@@ -169,6 +175,8 @@ inline GpuTracker& tracker(unsigned gpu) noexcept {
   return (*t)[gpu % shm::kMaxGpus];
 }
 void reset_trackers_after_fork() noexcept;
+// Before the application's cuStreamDestroy(stream) is forwarded.
+void streams_destroying(CUstream stream) noexcept;
 
 std::uint64_t monotonic_now_ns() noexcept;
 // Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).

@@ -84,7 +84,9 @@ namespace cushare::shim {
   X(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030)                     \
   X(cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz)           \
   X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                                       \
-  X(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz)
+  X(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz)                             \
+  X(cuStreamDestroy, ::cushare::shim::legacy::PFN_cuStreamDestroy_v2000)                     \
+  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)
 
 // Driver functions the shim only calls (not hooked).
 #define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                \

@@ -239,7 +239,12 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
 
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
   gate::GpuTracker* tr = t_gate.tracker;
-  if (!tr || launch_result != CUDA_SUCCESS) return;
+  if (!tr) return;
+  if (launch_result != CUDA_SUCCESS) [[unlikely]] {
+    // Nothing was queued: a busy mark this launch set must not stay behind.
+    tr->launch_failed();
+    return;
+  }
   shm::GpuUsage& gu = *t_gate.usage;
   gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
   // The launch counter and expected_drain_ns are published per batch (see

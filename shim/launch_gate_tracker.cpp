@@ -98,6 +98,12 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
   record_locked(stream, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
 }
 
+void GpuTracker::launch_failed() noexcept {
+  if (!busy() || pending_launches() != 0) return;
+  std::lock_guard lock(mu_);
+  if (batches_.empty() && !has_tail()) settle_idle_locked();
+}
+
 void streams_destroying(CUstream stream) noexcept {
   if (!detail::g_trackers.load(std::memory_order_acquire)) return;
   for (auto& t : detail::create_trackers()) t.stream_destroyed(stream);
@@ -336,6 +342,11 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
       timespec ts{.tv_sec = 0, .tv_nsec = static_cast<long>(kRecordIntervalNs)};
       nanosleep(&ts, nullptr);
       continue;
+    }
+    {
+      // A busy mark with nothing submitted (e.g. a launch failed) ends here.
+      std::lock_guard lock(mu_);
+      if (batches_.empty() && !has_tail() && busy()) settle_idle_locked();
     }
     // Idle: sleep until a launch records a batch (it wakes us), at most 50 ms.
     const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);

@@ -103,6 +103,9 @@ class GpuTracker {
   bool busy() const noexcept { return !(submitted_.load(std::memory_order_relaxed) & kIdle); }
   void mark_busy() noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
+  // A launch that passed the gate failed: if nothing is in flight, leave the
+  // busy count again (the enter marked it for the launch that did not happen).
+  void launch_failed() noexcept;
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.

@@ -525,6 +525,32 @@ def case_nvml_first(h):
     check(out == [[0, 80 * GI, 80 * GI]], f"CUSHARE_DISABLE=1: {out}")
 
 
+FAILED_LAUNCH = r"""
+import ctypes, struct, sys, time, os
+cu = ctypes.CDLL("libcuda.so.1")
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+# An invalid function: the launch passes the gate, then the driver refuses it.
+rc = cu.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+time.sleep(0.2)
+with open(os.path.join(os.environ["CUSHARE_RUN_DIR"], "usage"), "rb") as f:
+    busy = struct.unpack_from("<I", f.read(512), 256 + 96)[0]
+print("[%d, %d]" % (rc, busy))
+"""
+
+
+def case_failed_launch(h):
+    """A launch the driver refuses queues nothing: the process must not stay
+    counted among the allocation's busy processes (the daemon would never see
+    the allocation drained, and every hand-off would wait for the drain bound)."""
+    out, _ = h.run(["/usr/bin/python3", "-c", FAILED_LAUNCH], {"CUSHARE_COMPUTE_MODE": "burst"})
+    check(out[0] != 0, f"the invalid launch fails: {out}")
+    check(out[1] == 0, f"busy processes after a failed launch: {out}")
+
+
 def case_graph_memory(h):
     """A captured graph's memory is reserved before cuGraphLaunch: refused over the
     quota (the 80Gi device itself would have run it), launched once memory is freed."""
@@ -601,6 +627,7 @@ CASES = {
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
     "graph_memory": case_graph_memory,
+    "failed_launch": case_failed_launch,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,
     "kill_reclaim_live": case_kill_reclaim_live,

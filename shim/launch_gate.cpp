@@ -19,6 +19,7 @@
 
 #include "shim/allocation_state.hpp"
 #include "shim/launch_gate_clock.hpp"
+#include "shim/launch_gate_demand.hpp"
 #include "shim/launch_gate_tracker.hpp"
 
 namespace cushare::shim {
@@ -142,15 +143,25 @@ void sleep_ns(std::uint64_t ns) noexcept {
   nanosleep(&ts, nullptr);
 }
 
+void reset_gate_after_fork() noexcept {
+  gate::reset_trackers_after_fork();
+  gate::reset_demand_after_fork();
+}
+
 CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {
-  std::call_once(g_fork_once,
-                 [] { pthread_atfork(nullptr, nullptr, gate::reset_trackers_after_fork); });
+  std::call_once(g_fork_once, [] { pthread_atfork(nullptr, nullptr, reset_gate_after_fork); });
   const shm::LimitsRegion& limits = *st.limits;
   const shm::GpuLimits& gl = limits.gpus[gpu];
   shm::GpuUsage& gu = st.usage->gpus[gpu];
   gate::GpuTracker& tr = gate::tracker(gpu);
   const std::uint64_t start = monotonic_now_ns();
-  bool demanding = false;
+  // A thread held here wants the GPU, whatever it waits for: counted in
+  // `demand` from the first wait on, so the daemon neither takes an idle
+  // lease back from its allocation (queue drained, the thread not woken yet)
+  // nor, once the lease has passed on, sees the allocation without demand
+  // for a moment and levels its virtual time as if it came back from idle.
+  gate::DemandCount demand(gpu, gu);
+  bool asked = false;  // rang the doorbell for a lease
   bool throttled = false;
   for (;;) {
     const std::uint64_t now = monotonic_now_ns();
@@ -161,31 +172,34 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       if (wait == 0) {
         expiry = now + kQueueHorizonNs * 4;  // pace the queue as under a lease
         if (queue_allows(now, expiry, tr)) break;
+        demand.count();
         tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
         continue;
       }
       throttled = true;
+      demand.count();
       sleep_ns(std::min(wait, kLeaseWaitSliceNs));
       continue;
     }
     if (now < expiry) {
       if (queue_allows(now, expiry, tr)) break;
       // Holding the lease, but enough is queued: let some of it finish.
+      demand.count();
       tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
       continue;
     }
     // No lease: ask for one and sleep until the daemon grants or revokes.
     const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
-    if (!demanding) {
-      demanding = true;
+    if (!asked) {
+      asked = true;
       throttled = true;
-      gu.demand.fetch_add(1, std::memory_order_acq_rel);
+      demand.count();
       gu.doorbell.fetch_add(1, std::memory_order_release);
     }
     if (now < gl.lease_expiry_ns.load(std::memory_order_acquire)) continue;  // granted meanwhile
     gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);
   }
-  if (demanding) gu.demand.fetch_sub(1, std::memory_order_acq_rel);
+  demand.release();
   if (throttled) {
     gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
     gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);

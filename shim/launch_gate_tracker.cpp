@@ -238,15 +238,17 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   last_completion_atomic_.store(now, std::memory_order_relaxed);
   const std::uint64_t window = window_.load(std::memory_order_relaxed);
   if (window < kMaxWindow) window_.store(window * 2, std::memory_order_relaxed);
-  progress_word_.fetch_add(1, std::memory_order_release);
-  if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
   completed_.store(std::max(prev_end, done.end_count), std::memory_order_release);
   oldest_batch_end_.store(batches_.empty() ? 0 : batches_.front().end_count,
                           std::memory_order_relaxed);
   oldest_batch_ns_.store(batches_.empty() ? 0 : batches_.front().first_submit_ns,
                          std::memory_order_release);
-  // Everything submitted up to the batch's last launch has completed; if
-  // nothing else is pending, everything up to now has.
+  // Wake the launching threads only now that the counts say what completed:
+  // woken earlier, one re-checks the queue against the old counts, finds it
+  // still too long and sleeps for its whole timeout with nothing left to
+  // complete (the GPU idles, and the daemon takes the lease back as idle).
+  progress_word_.fetch_add(1, std::memory_order_release);
+  if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
   // This process's marks: everything it submitted up to the batch's last
   // launch has completed; if nothing else is pending, everything up to now
   // (the daemon reads them for the allocation only while no other process

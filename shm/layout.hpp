@@ -104,7 +104,10 @@ struct LimitsRegion {
 struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // Ledger total: tracked bytes plus charged overhead of every live slot.
   std::atomic<std::uint64_t> used_bytes;
-  std::atomic<std::uint32_t> demand;          // threads currently waiting at the launch gate
+  // Processes with a thread waiting at the launch gate (each also sets its
+  // bit in ProcessSlot::demand_gpus, so a reclaimer takes a killed waiter's
+  // demand back).
+  std::atomic<std::uint32_t> demand;
   std::atomic<std::uint32_t> doorbell;        // bumped when demand appears (daemon may FUTEX_WAIT)
   std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission
   std::atomic<std::uint64_t> drained_ns;      // all work submitted up to this time has completed
@@ -146,7 +149,8 @@ struct ProcessSlot {                       // 320 bytes
   std::atomic<std::uint64_t> bytes[kMaxGpus];     // tracked allocations
   std::atomic<std::uint64_t> overhead[kMaxGpus];  // charged context/module overhead
   std::atomic<std::uint32_t> busy_gpus;           // bit g: counted in gpus[g].busy_processes
-  std::uint8_t reserved[20];
+  std::atomic<std::uint32_t> demand_gpus;         // bit g: counted in gpus[g].demand
+  std::uint8_t reserved[16];
 };
 
 struct UsageRegion {
@@ -192,6 +196,7 @@ static_assert(sizeof(UsageRegion) ==
 static_assert(offsetof(ProcessSlot, bytes) == 40);
 static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
+static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
 
 }  // namespace cushare::shm

@@ -8,11 +8,24 @@ constexpr auto u32(SlotState s) {
 }
 
 // Never below zero, whatever a tenant wrote into the counter.
-void leave_busy(GpuUsage& gpu) {
-  std::uint32_t cur = gpu.busy_processes.load(std::memory_order_relaxed);
-  while (cur > 0 && !gpu.busy_processes.compare_exchange_weak(
-                        cur, cur - 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+void decrement_floor_zero(std::atomic<std::uint32_t>& count) {
+  std::uint32_t cur = count.load(std::memory_order_relaxed);
+  while (cur > 0 && !count.compare_exchange_weak(cur, cur - 1, std::memory_order_seq_cst,
+                                                 std::memory_order_relaxed)) {
   }
+}
+
+// A per-process mark on one GPU: bit `gpu` of the slot's `bits`, counted once
+// in the GPU's `count` while set.
+void set_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
+  const std::uint32_t bit = 1u << gpu;
+  if ((bits.fetch_or(bit, std::memory_order_seq_cst) & bit) == 0)
+    count.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void clear_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
+  const std::uint32_t bit = 1u << gpu;
+  if (bits.fetch_and(~bit, std::memory_order_seq_cst) & bit) decrement_floor_zero(count);
 }
 
 }  // namespace
@@ -62,11 +75,13 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
     if (b + o != 0) usage.gpus[g].used_bytes.fetch_sub(b + o, std::memory_order_acq_rel);
     returned += b + o;
   }
-  // The process's in-flight marks go with it (exactly one caller gets here
-  // per slot, and the owner clears a bit only if it is still set).
+  // The process's in-flight and demand marks go with it (exactly one caller
+  // gets here per slot, and the owner clears a bit only if it is still set).
   const std::uint32_t busy = s.busy_gpus.exchange(0, std::memory_order_acq_rel);
+  const std::uint32_t demand = s.demand_gpus.exchange(0, std::memory_order_acq_rel);
   for (unsigned g = 0; g < kMaxGpus; ++g) {
-    if (busy & (1u << g)) leave_busy(usage.gpus[g]);
+    if (busy & (1u << g)) decrement_floor_zero(usage.gpus[g].busy_processes);
+    if (demand & (1u << g)) decrement_floor_zero(usage.gpus[g].demand);
   }
   s.host_pid.store(0, std::memory_order_relaxed);
   s.heartbeat_ns.store(0, std::memory_order_relaxed);
@@ -80,14 +95,19 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
 }
 
 void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  const std::uint32_t bit = 1u << gpu;
-  if ((slot.busy_gpus.fetch_or(bit, std::memory_order_seq_cst) & bit) == 0)
-    usage.gpus[gpu].busy_processes.fetch_add(1, std::memory_order_seq_cst);
+  set_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
 }
 
 void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  const std::uint32_t bit = 1u << gpu;
-  if (slot.busy_gpus.fetch_and(~bit, std::memory_order_seq_cst) & bit) leave_busy(usage.gpus[gpu]);
+  clear_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
+}
+
+void mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  set_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
+}
+
+void clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  clear_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
 }
 
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index) {

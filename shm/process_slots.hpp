@@ -44,6 +44,12 @@ std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index);
 void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 
+// A thread of the process of `slot` waits at the launch gate for `gpu`
+// (counted once in usage.gpus[gpu].demand), or none does any more. Taken
+// back by a reclaim or release like the busy mark.
+void mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+void clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+
 // Moves slot `index` from `expected` to kReclaiming (only one caller can
 // succeed), returns its bytes and overhead to the totals, clears it and frees
 // it. Returns the bytes returned, or nullopt when the state was not

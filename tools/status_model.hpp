@@ -60,7 +60,7 @@ struct AllocationGpu {  // one GPU's limits and usage within an allocation
   std::uint64_t launches = 0;
   std::uint64_t throttled_launches = 0;
   std::uint64_t throttled_ns = 0;
-  std::uint32_t demand = 0;
+  std::uint32_t demand = 0;          // processes with a thread waiting at the launch gate
   std::uint32_t busy_processes = 0;  // processes with work in flight on the GPU
   std::uint64_t oom_refusals = 0;
   std::uint64_t last_oom_request_bytes = 0;

@@ -551,6 +551,43 @@ def case_failed_launch(h):
     check(out[1] == 0, f"busy processes after a failed launch: {out}")
 
 
+def read_demand(h):
+    with open(os.path.join(h.run_dir, "usage"), "rb") as f:
+        return struct.unpack_from("<I", f.read(GPUS_AT + 16), GPUS_AT + 8)[0]
+
+
+def case_gate_demand(h):
+    """Threads held at the launch gate (here: for their queued 20 ms kernels
+    to drain, with no daemon) count as the allocation's demand, once per
+    process however many threads wait, and a process killed while waiting
+    leaves none behind once its slot is reclaimed. Without the first, the
+    daemon took a lease back as idle while a thread slept at the gate; without
+    the last, a killed waiter kept its allocation demanding (and leased)
+    forever."""
+    worker = os.path.join(h.a.samples_dir, "spin_worker")
+    p = subprocess.Popen([worker, "--seconds", "30", "--kernel-us", "20000", "--threads", "3"],
+                         env=h.env({"CUSHARE_COMPUTE_MODE": "burst"}),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        samples = []
+        deadline = time.monotonic() + 10
+        while len(samples) < 60 and time.monotonic() < deadline:
+            if os.path.exists(os.path.join(h.run_dir, "usage")):
+                samples.append(read_demand(h))
+            time.sleep(0.01)
+        if p.poll() is not None:
+            raise Failure(f"spin_worker exited early: {p.stderr.read()}")
+        check(max(samples) <= 1, f"demand counts the process once, not per thread: {samples}")
+        waiting = sum(1 for d in samples[-40:] if d == 1)
+        check(waiting >= 30, f"threads waiting at the gate count as demand: {samples}")
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    check(read_demand(h) == 1, "the killed waiter's mark stays until its slot is reclaimed")
+    h.alloc_probe("--max", "0")  # a new process of the allocation reclaims dead slots
+    check(read_demand(h) == 0, f"demand after reclaiming the killed waiter: {read_demand(h)}")
+
+
 def case_graph_memory(h):
     """A captured graph's memory is reserved before cuGraphLaunch: refused over the
     quota (the 80Gi device itself would have run it), launched once memory is freed."""
@@ -603,6 +640,7 @@ def case_visible_devices(h):
 
 CASES = {
     "alloc_probe_4gi": case_alloc_probe_4gi,
+    "gate_demand": case_gate_demand,
     "path_pitch": make_api_case("pitch"),
     "path_managed": make_api_case("managed"),
     "path_async": make_api_case("async"),

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <memory>
+#include <string>
 
 #include "shm/quota_ledger.hpp"
 #include "test_util.hpp"
@@ -188,7 +189,27 @@ TEST(ShmProcessSlots, ReclaimNeverStealsAReclaimedAndReclaimedSlot) {
   EXPECT_EQ(slot_state(usage->slots[*i]), SlotState::kActive);
 }
 
-TEST(ShmProcessSlots, BusyMarksCountEachProcessOnce) {
+// The per-process marks on a GPU: "work in flight" (busy) and "a thread
+// waiting at the launch gate" (demand) keep the same books.
+struct MarkKind {
+  const char* name;
+  void (*mark)(UsageRegion&, ProcessSlot&, unsigned);
+  void (*clear)(UsageRegion&, ProcessSlot&, unsigned);
+  std::atomic<std::uint32_t> GpuUsage::*count;
+  std::atomic<std::uint32_t> ProcessSlot::*bits;
+};
+
+class ShmProcessMarks : public ::testing::TestWithParam<MarkKind> {
+ protected:
+  std::uint32_t count(const UsageRegion& u, unsigned gpu) const {
+    return (u.gpus[gpu].*GetParam().count).load();
+  }
+  std::uint32_t bits(const ProcessSlot& s) const { return (s.*GetParam().bits).load(); }
+  void mark(UsageRegion& u, ProcessSlot& s, unsigned gpu) const { GetParam().mark(u, s, gpu); }
+  void clear(UsageRegion& u, ProcessSlot& s, unsigned gpu) const { GetParam().clear(u, s, gpu); }
+};
+
+TEST_P(ShmProcessMarks, CountEachProcessOnce) {
   auto usage = std::make_unique<UsageRegion>();
   const auto id = me();
   auto a = claim_slot(*usage, id, 1);
@@ -196,51 +217,73 @@ TEST(ShmProcessSlots, BusyMarksCountEachProcessOnce) {
   ASSERT_TRUE(a && b);
   ProcessSlot& sa = usage->slots[*a];
   ProcessSlot& sb = usage->slots[*b];
-  mark_busy(*usage, sa, 3);
-  mark_busy(*usage, sa, 3);  // idempotent
-  mark_busy(*usage, sb, 3);
-  mark_busy(*usage, sb, 0);
-  EXPECT_EQ(usage->gpus[3].busy_processes.load(), 2u);
-  EXPECT_EQ(usage->gpus[0].busy_processes.load(), 1u);
-  clear_busy(*usage, sa, 3);
-  clear_busy(*usage, sa, 3);  // idempotent
-  EXPECT_EQ(usage->gpus[3].busy_processes.load(), 1u);
-  EXPECT_EQ(sa.busy_gpus.load(), 0u);
-  EXPECT_EQ(sb.busy_gpus.load(), (1u << 3) | 1u);
+  mark(*usage, sa, 3);
+  mark(*usage, sa, 3);  // idempotent
+  mark(*usage, sb, 3);
+  mark(*usage, sb, 0);
+  EXPECT_EQ(count(*usage, 3), 2u);
+  EXPECT_EQ(count(*usage, 0), 1u);
+  clear(*usage, sa, 3);
+  clear(*usage, sa, 3);  // idempotent
+  EXPECT_EQ(count(*usage, 3), 1u);
+  EXPECT_EQ(bits(sa), 0u);
+  EXPECT_EQ(bits(sb), (1u << 3) | 1u);
 }
 
-TEST(ShmProcessSlots, ReclaimTakesADeadProcessOutOfTheBusyCount) {
-  // A process killed with work in flight never clears its marks: whoever
-  // reclaims (or releases) its slot does, exactly once.
+TEST_P(ShmProcessMarks, ReclaimTakesADeadProcessOutOfTheCount) {
+  // A process killed with work in flight, or while a thread waited at the
+  // gate, never clears its marks: whoever reclaims (or releases) its slot
+  // does, exactly once.
   auto usage = std::make_unique<UsageRegion>();
   const auto id = me();
   auto live = claim_slot(*usage, id, 1);
   auto dead = claim_slot(*usage, id, 1);
   ASSERT_TRUE(live && dead);
-  mark_busy(*usage, usage->slots[*live], 2);
-  mark_busy(*usage, usage->slots[*dead], 2);
-  mark_busy(*usage, usage->slots[*dead], 5);
+  mark(*usage, usage->slots[*live], 2);
+  mark(*usage, usage->slots[*dead], 2);
+  mark(*usage, usage->slots[*dead], 5);
   ASSERT_TRUE(reclaim_slot(*usage, *dead, SlotState::kActive).has_value());
   EXPECT_FALSE(reclaim_slot(*usage, *dead, SlotState::kActive).has_value());
-  EXPECT_EQ(usage->gpus[2].busy_processes.load(), 1u);
-  EXPECT_EQ(usage->gpus[5].busy_processes.load(), 0u);
-  EXPECT_EQ(usage->slots[*dead].busy_gpus.load(), 0u);
+  EXPECT_EQ(count(*usage, 2), 1u);
+  EXPECT_EQ(count(*usage, 5), 0u);
+  EXPECT_EQ(bits(usage->slots[*dead]), 0u);
   // The owner clearing after the reclaim changes nothing.
-  clear_busy(*usage, usage->slots[*dead], 5);
-  EXPECT_EQ(usage->gpus[5].busy_processes.load(), 0u);
+  clear(*usage, usage->slots[*dead], 5);
+  EXPECT_EQ(count(*usage, 5), 0u);
   ASSERT_TRUE(release_slot(*usage, *live).has_value());
-  EXPECT_EQ(usage->gpus[2].busy_processes.load(), 0u);
+  EXPECT_EQ(count(*usage, 2), 0u);
 }
 
-TEST(ShmProcessSlots, ABusyCountATenantZeroedNeverWrapsOnReclaim) {
+TEST_P(ShmProcessMarks, ACountATenantZeroedNeverWrapsOnReclaim) {
   auto usage = std::make_unique<UsageRegion>();
   auto i = claim_slot(*usage, me(), 1);
   ASSERT_TRUE(i);
-  mark_busy(*usage, usage->slots[*i], 1);
-  usage->gpus[1].busy_processes.store(0);  // written over by a tenant
+  mark(*usage, usage->slots[*i], 1);
+  (usage->gpus[1].*GetParam().count).store(0);  // written over by a tenant
   ASSERT_TRUE(release_slot(*usage, *i).has_value());
-  EXPECT_EQ(usage->gpus[1].busy_processes.load(), 0u);
+  EXPECT_EQ(count(*usage, 1), 0u);
 }
+
+TEST(ShmProcessSlots, BusyAndDemandMarksAreIndependent) {
+  auto usage = std::make_unique<UsageRegion>();
+  auto i = claim_slot(*usage, me(), 1);
+  ASSERT_TRUE(i);
+  ProcessSlot& s = usage->slots[*i];
+  mark_busy(*usage, s, 4);
+  mark_demand(*usage, s, 4);
+  clear_busy(*usage, s, 4);
+  EXPECT_EQ(usage->gpus[4].busy_processes.load(), 0u);
+  EXPECT_EQ(usage->gpus[4].demand.load(), 1u);
+  EXPECT_EQ(s.demand_gpus.load(), 1u << 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BusyAndDemand, ShmProcessMarks,
+    ::testing::Values(MarkKind{"busy", mark_busy, clear_busy, &GpuUsage::busy_processes,
+                               &ProcessSlot::busy_gpus},
+                      MarkKind{"demand", mark_demand, clear_demand, &GpuUsage::demand,
+                               &ProcessSlot::demand_gpus}),
+    [](const ::testing::TestParamInfo<MarkKind>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace cushare::shm

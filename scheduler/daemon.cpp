@@ -113,7 +113,8 @@ void Daemon::sync_tenants(std::uint64_t now) {
         .last_submit_ns = gu.last_submit_ns.load(std::memory_order_acquire),
         .drained_ns = gu.drained_ns.load(std::memory_order_acquire),
         .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire),
-        .busy_processes = gu.busy_processes.load(std::memory_order_acquire)};
+        .busy_processes = gu.busy_processes.load(std::memory_order_acquire),
+        .resumed_ns = gu.resumed_ns.load(std::memory_order_acquire)};
     // A thread waiting at the gate proves a live process until the next
     // housekeeping pass says otherwise (its slot may be younger than the
     // last pass).

@@ -65,7 +65,8 @@ void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint
   if (!tenants_.contains(id) || holder_ || expiry_ns <= now) return;
   holder_ = id;
   expiry_ns_ = std::min(expiry_ns, now + config_.quantum_ns);
-  records_.push_back({.tenant = id, .start_ns = now});
+  // Its threads are running already: charged from now.
+  records_.push_back({.tenant = id, .start_ns = now, .begun_ns = now});
   cursor_ns_ = std::max(cursor_ns_, now);
   Tenant& t = tenants_.at(id);
   t.stats.grants++;
@@ -88,20 +89,40 @@ void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
   }
 }
 
+// Where the lease of `r` is charged from: the holder's first launch in it if
+// seen within the resume grace, else the grant (nullopt: not known yet).
+std::optional<std::uint64_t> LeaseScheduler::lease_begins(const LeaseRecord& r, const Tenant* t,
+                                                          std::uint64_t now) const {
+  const std::uint64_t grace_end = r.start_ns + config_.resume_grace_ns;
+  const std::uint64_t last = r.end_ns != 0 ? std::min(r.end_ns, grace_end) : grace_end;
+  const std::uint64_t resumed = t ? t->signals.resumed_ns : 0;
+  if (resumed >= r.start_ns && resumed <= last) return resumed;
+  // No launch in the grace (or none at all): charged from the grant, as if
+  // it had run. Never later: a holder that hides its launches (or a shim
+  // that does not publish them) must not run uncharged.
+  if (now >= grace_end || r.end_ns != 0) return r.start_ns;
+  return std::nullopt;
+}
+
 // Moves the attribution cursor forward through the lease records: each
-// record owns [max(cursor, start), end + overrun]; a record whose work is
-// still draining blocks the ones after it until its drain is observed.
+// record owns [max(cursor, first launch), end + overrun]; a record whose
+// work is still draining blocks the ones after it until its drain is
+// observed.
 void LeaseScheduler::attribute(std::uint64_t now) {
   while (!records_.empty()) {
     LeaseRecord& r = records_.front();
     auto it = tenants_.find(r.tenant);
     Tenant* t = it == tenants_.end() ? nullptr : &it->second;
     cursor_ns_ = std::max(cursor_ns_, r.start_ns);
-    if (r.end_ns == 0) {  // still held: attributed up to now
+    if (!r.begun_ns) r.begun_ns = lease_begins(r, t, now);
+    if (r.end_ns == 0) {  // still held: attributed up to now, once it has begun
+      if (!r.begun_ns) return;
+      cursor_ns_ = std::max(cursor_ns_, *r.begun_ns);
       if (t) charge(*t, cursor_ns_, now);
       cursor_ns_ = std::max(cursor_ns_, now);
       return;
     }
+    cursor_ns_ = std::max(cursor_ns_, std::min(*r.begun_ns, r.end_ns));
     if (!r.drained_at_ns && t) {
       const TenantSignals& s = t->signals;
       if (s.drained_past(r.submit_mark_ns) || s.last_submit_ns < r.start_ns) {

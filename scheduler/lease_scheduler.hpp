@@ -51,6 +51,12 @@ struct SchedulerConfig {
   std::uint64_t handoff_lead_ns = 100'000;
   // How often to look for the drain while a hand-off waits for it.
   std::uint64_t drain_poll_ns = 100'000;
+  // A lease is charged from the holder's first launch after the grant, not
+  // from the grant: the time its waiting thread takes to wake up leaves the
+  // GPU idle and is hand-off cost, like the drain observation. Only a first
+  // launch within this grace counts; a lease without one is charged from
+  // its grant (so at most this much of a lease goes uncharged).
+  std::uint64_t resume_grace_ns = 2'000'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -67,6 +73,8 @@ struct TenantSignals {
   // whichever process last saw its own queue empty) does not speak for the
   // allocation.
   std::uint32_t busy_processes = 0;
+  // When a thread last went on from the gate after waiting for a lease.
+  std::uint64_t resumed_ns = 0;
 
   // All work submitted up to `mark` is known complete.
   bool drained_past(std::uint64_t mark) const { return busy_processes == 0 && drained_ns >= mark; }
@@ -132,9 +140,12 @@ class LeaseScheduler {
     std::uint64_t submit_mark_ns = 0;            // tenant's last submission when the lease ended
     std::uint64_t expected_at_end_ns = 0;        // its expected_drain_ns when the lease ended
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
+    std::optional<std::uint64_t> begun_ns;       // charged from here (see resume_grace_ns)
   };
 
   void attribute(std::uint64_t now);
+  std::optional<std::uint64_t> lease_begins(const LeaseRecord& r, const Tenant* t,
+                                            std::uint64_t now) const;
   void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
   void end_lease(std::uint64_t now);
   void grant(TenantId id, std::uint64_t now);

@@ -200,6 +200,17 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);
   }
   demand.release();
+  if (asked) {
+    // Went on under a lease it had to wait for: the first thread to do so
+    // after the grant stamps the time (one that began waiting after an
+    // earlier stamp is not the first).
+    const std::uint64_t resumed = monotonic_now_ns();
+    std::uint64_t prev = gu.resumed_ns.load(std::memory_order_relaxed);
+    while (prev < start &&
+           !gu.resumed_ns.compare_exchange_weak(prev, resumed, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+    }
+  }
   if (throttled) {
     gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
     gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);

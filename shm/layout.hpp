@@ -128,7 +128,13 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // one's share back). drained_ns speaks for the allocation only while this
   // is 0: one idle process must not declare another one's queue drained.
   std::atomic<std::uint32_t> busy_processes;
-  std::uint8_t reserved[28];
+  std::uint32_t reserved0;
+  // When a thread of the allocation last went on from the gate after waiting
+  // for a lease (CLOCK_MONOTONIC; the first one after each grant): the
+  // scheduler charges a lease from its first launch rather than from the
+  // grant, so a slow wake-up (the GPU idle meanwhile) is not charged as use.
+  std::atomic<std::uint64_t> resumed_ns;
+  std::uint8_t reserved[16];
 };
 
 enum class SlotState : std::uint32_t {
@@ -198,5 +204,6 @@ static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
+static_assert(offsetof(GpuUsage, resumed_ns) == 104);
 
 }  // namespace cushare::shm

@@ -21,6 +21,9 @@ struct SimTenant {
   bool busy = true;              // wants the GPU all the time
   std::uint64_t overrun_ns = 0;  // queued work running past the lease end
   bool stalled = false;          // holds in-flight work that never finishes
+  std::uint64_t wake_ns = 0;     // its waiting thread starts submitting this long after a grant
+  bool publishes_resume = true;  // its shim stamps resumed_ns
+  std::uint64_t granted_at = 0;
   TenantSignals signals;
   std::uint64_t gpu_ns = 0;  // ground truth
 };
@@ -41,10 +44,12 @@ class Sim {
       for (auto& [id, t] : tenants) {
         const bool holds = sched.holder() == id && now < lease_expiry;
         TenantSignals& s = t.signals;
-        if (holds && t.busy) {
+        if (holds && t.busy && now >= t.granted_at + t.wake_ns) {
           s.waiting = 0;
           s.last_submit_ns = now;
           s.expected_drain_ns = now + t.overrun_ns;
+          if (t.publishes_resume && s.resumed_ns < t.granted_at)
+            s.resumed_ns = t.granted_at + t.wake_ns;  // when the simulated GPU starts it
         } else {
           s.waiting = t.busy ? 1 : 0;
         }
@@ -63,13 +68,15 @@ class Sim {
       if (d.holder != last_holder_seen) {
         grants_seen++;
         last_holder_seen = d.holder;
+        if (d.holder) tenants[*d.holder].granted_at = now;
       }
       // Ground truth: the GPU runs a drain first, then the holder.
       if (draining && now < drain_until) {
         tenants[*draining].gpu_ns += dt;
       } else {
         draining.reset();
-        if (d.holder && now < lease_expiry && tenants[*d.holder].busy) {
+        const SimTenant* h = d.holder ? &tenants[*d.holder] : nullptr;
+        if (h && now < lease_expiry && h->busy && now >= h->granted_at + h->wake_ns) {
           tenants[*d.holder].gpu_ns += dt;
           current_runner = d.holder;
         } else if (current_runner) {
@@ -169,6 +176,49 @@ TEST(LeaseScheduler, TwoCappedTenantsGetTheirCapsAndTheGpuIdlesOtherwise) {
   auto s = measure(sim, 100 * kMs, 2000 * kMs);
   EXPECT_NEAR(s[1], 30.0, 1.0);
   EXPECT_NEAR(s[2], 50.0, 1.0);
+}
+
+TEST(LeaseScheduler, ASlowWakeUpAfterTheGrantIsNotChargedAsUse) {
+  // Each grant wakes a thread that takes 1 ms to start submitting (a loaded
+  // host): the GPU idles meanwhile. Charged as use, that would cost the
+  // capped tenants a tenth of their caps.
+  Sim sim;
+  sim.add(1, capped(30), {.wake_ns = 1 * kMs});
+  sim.add(2, capped(50), {.wake_ns = 1 * kMs});
+  auto s = measure(sim, 100 * kMs, 2000 * kMs);
+  EXPECT_NEAR(s[1], 30.0, 1.0);
+  EXPECT_NEAR(s[2], 50.0, 1.0);
+  // A shim that does not say when it went on is charged from the grant.
+  Sim silent;
+  silent.add(1, capped(50), {.wake_ns = 1 * kMs, .publishes_resume = false});
+  EXPECT_LT(measure(silent, 100 * kMs, 2000 * kMs)[1], 47.0);
+}
+
+TEST(LeaseScheduler, ALeaseIsChargedFromItsFirstLaunchWithinTheGrace) {
+  SchedulerConfig cfg;
+  const auto charged_after = [&](std::uint64_t resumed_after, std::uint64_t at) {
+    LeaseScheduler s(cfg);
+    s.set_tenant(1, burst(1), kT0);
+    s.set_signals(1, {.waiting = 1});
+    EXPECT_EQ(s.step(kT0).holder, 1u);
+    s.step(kT0 + resumed_after / 2);
+    if (resumed_after != 0) {
+      s.set_signals(1, {.last_submit_ns = kT0 + resumed_after,
+                        .drained_ns = kT0,
+                        .expected_drain_ns = kT0 + at,
+                        .busy_processes = 1,
+                        .resumed_ns = kT0 + resumed_after});
+    }
+    s.step(kT0 + at);
+    return s.stats(1).attributed_ns;
+  };
+  EXPECT_EQ(charged_after(1 * kMs, 5 * kMs), 4 * kMs);
+  EXPECT_EQ(charged_after(cfg.resume_grace_ns, 5 * kMs), 5 * kMs - cfg.resume_grace_ns);
+  // Past the grace, or never: from the grant.
+  EXPECT_EQ(charged_after(cfg.resume_grace_ns + kUs, 5 * kMs), 5 * kMs);
+  EXPECT_EQ(charged_after(0, 5 * kMs), 5 * kMs);
+  // Within the grace and nothing seen yet: not charged yet.
+  EXPECT_EQ(charged_after(0, cfg.resume_grace_ns - kUs), 0u);
 }
 
 TEST(LeaseScheduler, FourEqualBurstTenantsSplitEvenly) {

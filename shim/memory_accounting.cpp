@@ -2,13 +2,11 @@
 
 #include <unistd.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-
 #include <atomic>
 #include <chrono>
 #include <string>
 
+#include "shim/call_site.hpp"
 #include "shim/context_overhead.hpp"
 #include "shim/fork_hooks.hpp"
 #include "shim/graph_accounting.hpp"
@@ -23,30 +21,6 @@ namespace {
 constinit PointerTable g_device_pointers;
 constinit PointerTable g_vmm_handles;
 constinit PointerTable g_array_handles;
-
-std::string call_site() {
-  std::string out;
-  unw_context_t ctx;
-  unw_cursor_t cursor;
-  if (unw_getcontext(&ctx) != 0 || unw_init_local(&cursor, &ctx) != 0) return "(no backtrace)";
-  int depth = 0;
-  while (unw_step(&cursor) > 0 && depth < 16) {
-    char name[256];
-    unw_word_t off = 0, ip = 0;
-    unw_get_reg(&cursor, UNW_REG_IP, &ip);
-    if (unw_get_proc_name(&cursor, name, sizeof name, &off) != 0) {
-      snprintf(name, sizeof name, "0x%lx", static_cast<unsigned long>(ip));
-      off = 0;
-    }
-    // Skip the shim's own frames: the call site is the caller's.
-    if (depth == 0 && std::string(name).find("cushare") != std::string::npos) continue;
-    if (!out.empty()) out += " <- ";
-    out += name;
-    if (off) out += "+" + std::to_string(off);
-    ++depth;
-  }
-  return out.empty() ? "(no frames)" : out;
-}
 
 std::uint64_t unix_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -11,7 +11,6 @@ find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)                 # gRPC::grpc++
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)                # CLI11::CLI11
-find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
 
 if(NOT EXISTS ${CUDA_HOME}/include/cuda.h)
   message(FATAL_ERROR "cuda.h not found under ${CUDA_HOME}/include: set -DCUDA_HOME to a CUDA toolkit (headers only are used)")

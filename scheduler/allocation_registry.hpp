@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,12 @@ struct Allocation {
   std::string id;  // folder name
   std::filesystem::path dir;
   shm::LimitsMapping limits;  // read-write: the daemon writes lease words
-  shm::UsageMapping usage;    // read-write: host PIDs, reclaim, overhead
+  // Read-write: host PIDs, reclaim, overhead. The allocation's processes can
+  // write, resize or replace the file: while it is not a valid region of the
+  // limits' owner it is not mapped, and the allocation gets no GPU time.
+  std::optional<shm::UsageMapping> usage;
+
+  shm::UsageRegion* usage_region() { return usage ? &usage->mutable_region() : nullptr; }
 };
 
 class AllocationRegistry {
@@ -31,7 +37,8 @@ class AllocationRegistry {
 
   struct Changes {
     std::vector<std::string> added;
-    std::vector<std::string> removed;  // already unmapped
+    std::vector<std::string> removed;     // already unmapped
+    std::vector<std::string> usage_lost;  // still registered, usage unmapped
   };
   // Non-blocking: drains pending inotify events and rescans when something
   // happened or the periodic rescan is due.
@@ -46,13 +53,25 @@ class AllocationRegistry {
   Changes rescan();
   bool any_damaged() const;
   bool drain_events();
+  // Drops a usage mapping that no longer is the valid file at its path, and
+  // maps the file when it is valid again. True when it was dropped now.
+  bool refresh_usage(Allocation& a);
+  void note_problem(const std::string& id, const std::string& what);
 
   std::filesystem::path alloc_root_;
   int notify_fd_ = -1;
   std::map<std::string, int> folder_watches_;
   std::map<std::string, std::unique_ptr<Allocation>> allocations_;
-  std::map<std::string, std::string> last_error_;  // folder -> last logged problem
+  struct Problem {
+    std::string what;             // the last one
+    std::uint64_t logged_ns = 0;  // when a line was last written
+    unsigned suppressed = 0;
+  };
+  std::map<std::string, Problem> problems_;  // by folder
+  std::uint64_t now_ns_ = 0;
   std::uint64_t next_rescan_ns_ = 0;
+  std::uint64_t last_rescan_ns_ = 0;
+  bool events_pending_ = false;
 };
 
 }  // namespace cushare::sched

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <csignal>
+#include <cstring>
 
 #include "scheduler/host_pids.hpp"
 #include "shm/limits_seqlock.hpp"
@@ -29,6 +31,10 @@ TenantPolicy policy_of(const shm::GpuLimitsSnapshot& s) {
           .limit_pct = std::clamp<std::uint32_t>(s.compute_limit_pct, 1, 100),
           .mode = s.mode == shm::ComputeMode::kCapped ? Mode::kCapped : Mode::kBurst};
 }
+
+// Demand seen in an allocation with no verified process brings the next
+// housekeeping pass this close (its process may just have started).
+constexpr std::uint64_t kEarlyHousekeepingNs = 10'000'000;
 
 bool same_policy(const TenantPolicy& a, const TenantPolicy& b) {
   return a.weight == b.weight && a.limit_pct == b.limit_pct && a.mode == b.mode;
@@ -70,7 +76,9 @@ void Daemon::on_added(Allocation& a, std::uint64_t) {
     tenant_ids_[key] = id;
     TenantRef ref{.alloc_id = a.id, .gpu = g, .uuid = uuid, .id = id};
     const auto& gl = limits.gpus[g];
-    ref.base_busy_ns = a.usage.region().gpus[g].busy_ns.load(std::memory_order_relaxed);
+    if (const shm::UsageRegion* u = a.usage_region())
+      ref.base_busy_ns = u->gpus[g].busy_ns.load(std::memory_order_relaxed);
+    ref.base_unleased_ns = gl.unleased_busy_ns.load(std::memory_order_relaxed);
     ref.base_grants = gl.lease_grants.load(std::memory_order_relaxed);
     ref.base_granted_ns = gl.granted_ns.load(std::memory_order_relaxed);
     ref.base_handoffs = gl.handoffs.load(std::memory_order_relaxed);
@@ -90,14 +98,17 @@ void Daemon::on_removed(const std::string& alloc_id, std::uint64_t now) {
       if (s.has_tenant(id)) s.remove_tenant(id, now);
       tenants_.erase(id);
     }
-    present_.erase(it->first);
     it = tenant_ids_.erase(it);
   }
+  states_.erase(alloc_id);
 }
 
-// Registers tenants with live processes (or threads waiting at the gate),
-// removes those whose processes are all gone, and feeds every registered
-// tenant's policy and signals to its GPU's scheduler.
+// Registers tenants with live processes, removes those whose processes are
+// all gone, and feeds every registered tenant's policy and signals to its
+// GPU's scheduler. Live means verified by the daemon (process_verifier.hpp):
+// demand in a usage region without a verified process is the tenant's word
+// alone and is ignored, except that it makes the next housekeeping pass come
+// early.
 void Daemon::sync_tenants(std::uint64_t now) {
   any_active_ = false;
   auto& allocs = registry_.allocations();
@@ -106,8 +117,24 @@ void Daemon::sync_tenants(std::uint64_t now) {
     if (it == allocs.end()) continue;
     Allocation& a = *it->second;
     auto& gl = a.limits.mutable_region().gpus[ref.gpu];
-    const auto& gu = a.usage.region().gpus[ref.gpu];
     auto& sched = scheduler_for(ref.uuid);
+    AllocationState& st = states_[ref.alloc_id];
+    const shm::UsageRegion* usage = a.usage_region();
+    const bool present = usage && st.processes.live() > 0;
+    if (!present) {
+      if (usage && usage->gpus[ref.gpu].demand.load(std::memory_order_relaxed) > 0 &&
+          !st.wants_verification) {
+        st.wants_verification = true;
+        next_housekeeping_ns_ = std::min(next_housekeeping_ns_, now + kEarlyHousekeepingNs);
+      }
+      if (sched.has_tenant(id)) {
+        spdlog::info("tenant {} gpu {}: {}, leaving the scheduler", ref.alloc_id, ref.gpu,
+                     usage ? "no live process" : "its usage region is not valid");
+        sched.remove_tenant(id, now);
+      }
+      continue;
+    }
+    const auto& gu = usage->gpus[ref.gpu];
     const TenantSignals signals{
         .waiting = gu.demand.load(std::memory_order_acquire),
         .last_submit_ns = gu.last_submit_ns.load(std::memory_order_acquire),
@@ -115,37 +142,25 @@ void Daemon::sync_tenants(std::uint64_t now) {
         .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire),
         .busy_processes = gu.busy_processes.load(std::memory_order_acquire),
         .resumed_ns = gu.resumed_ns.load(std::memory_order_acquire)};
-    // A thread waiting at the gate proves a live process until the next
-    // housekeeping pass says otherwise (its slot may be younger than the
-    // last pass).
-    bool& known_present = present_[{ref.alloc_id, ref.gpu}];
-    if (signals.waiting > 0) known_present = true;
-    const bool present = known_present;
-    if (present) {
-      const TenantPolicy policy = policy_of(shm::read_gpu_limits(a.limits.region(), ref.gpu));
-      if (!sched.has_tenant(id) || !same_policy(policy, ref.policy)) {
-        const bool first = !sched.has_tenant(id);
-        sched.set_tenant(id, policy, now);
-        ref.policy = policy;
-        if (first) {
-          spdlog::info("tenant {} gpu {} ({}): weight {} limit {}% {}", ref.alloc_id, ref.gpu,
-                       ref.uuid, policy.weight, policy.limit_pct,
-                       policy.mode == Mode::kCapped ? "capped" : "burst");
-          // A lease granted by a previous daemon instance runs on.
-          const std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
-          if (gl.lease_holder.load(std::memory_order_acquire) == 1 && expiry > now) {
-            sched.set_signals(id, signals);
-            sched.adopt_lease(id, expiry, now);
-          }
+    const TenantPolicy policy = policy_of(shm::read_gpu_limits(a.limits.region(), ref.gpu));
+    if (!sched.has_tenant(id) || !same_policy(policy, ref.policy)) {
+      const bool first = !sched.has_tenant(id);
+      sched.set_tenant(id, policy, now);
+      ref.policy = policy;
+      if (first) {
+        spdlog::info("tenant {} gpu {} ({}): weight {} limit {}% {}", ref.alloc_id, ref.gpu,
+                     ref.uuid, policy.weight, policy.limit_pct,
+                     policy.mode == Mode::kCapped ? "capped" : "burst");
+        // A lease granted by a previous daemon instance runs on.
+        const std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
+        if (gl.lease_holder.load(std::memory_order_acquire) == 1 && expiry > now) {
+          sched.set_signals(id, signals);
+          sched.adopt_lease(id, expiry, now);
         }
       }
-      sched.set_signals(id, signals);
-      any_active_ = any_active_ || signals.waiting > 0 || sched.holder() == id;
-    } else if (sched.has_tenant(id)) {
-      spdlog::info("tenant {} gpu {}: no live process, leaving the scheduler", ref.alloc_id,
-                   ref.gpu);
-      sched.remove_tenant(id, now);
     }
+    sched.set_signals(id, signals);
+    any_active_ = any_active_ || signals.waiting > 0 || sched.holder() == id;
   }
 }
 
@@ -188,35 +203,33 @@ void Daemon::heartbeat(std::uint64_t now) {
 }
 
 void Daemon::housekeeping(std::uint64_t now) {
-  std::optional<HostPidTable> table;
-  std::uint64_t scan_ns = 0;
+  ProcHost host(config_.proc_root);
   const auto checker = shm::LivenessChecker::host(config_.proc_root);
   for (auto& [alloc_id, a] : registry_.allocations()) {
-    auto& usage = a->usage.mutable_region();
-    // Host PIDs first: liveness is judged by them.
-    for (unsigned i = 0; i < shm::kMaxSlots; ++i) {
-      auto& slot = usage.slots[i];
-      if (shm::slot_state(slot) != shm::SlotState::kActive) continue;
-      const auto ident = shm::read_identity(slot);
-      if (ident.host_pid != 0 || ident.pid == 0) continue;
-      if (!table) {
-        scan_ns = monotonic_ns();
-        table = HostPidTable::scan(config_.proc_root);
-      }
-      if (auto host = table->find({ident.pidns_inode, ident.pid, ident.start_time})) {
-        slot.host_pid.store(*host, std::memory_order_release);
-      } else if (table->sees_namespace(ident.pidns_inode) &&
-                 slot.heartbeat_ns.load(std::memory_order_acquire) < scan_ns) {
-        // Its namespace is visible but the process is not: it died before
-        // we ever mapped it.
-        if (auto bytes = shm::reclaim_slot(usage, i, shm::SlotState::kActive)) {
-          reclaimed_slots_ += 1;
-          reclaimed_bytes_ += *bytes;
-          spdlog::info("allocation {}: reclaimed the slot of pid {} (died unmapped), {} bytes",
-                       alloc_id, ident.pid, *bytes);
-        }
+    AllocationState& st = states_[alloc_id];
+    st.wants_verification = false;
+    shm::UsageRegion* usage_ptr = a->usage_region();
+    if (!usage_ptr) {
+      st.processes = AllocationProcesses{};
+      continue;
+    }
+    shm::UsageRegion& usage = *usage_ptr;
+    const auto& file = a->usage->file();
+    const auto verdicts = st.processes.refresh(usage, file.dev, file.ino, host, now);
+    for (const auto& [index, verdict] : verdicts) {
+      if (verdict != SlotVerdict::kDead) continue;
+      const auto ident = shm::read_identity(usage.slots[index]);
+      if (auto bytes = shm::reclaim_slot(usage, index, shm::SlotState::kActive)) {
+        reclaimed_slots_ += 1;
+        reclaimed_bytes_ += *bytes;
+        spdlog::info(
+            "allocation {}: reclaimed the slot of pid {} (no such process of the "
+            "allocation), {} bytes",
+            alloc_id, ident.pid, *bytes);
       }
     }
+    // Verified slots carry their host PID now (refresh wrote it): the
+    // liveness checker finds the ones that died since.
     const auto result = shm::reclaim_dead_slots(usage, checker);
     if (result.slots > 0) {
       reclaimed_slots_ += result.slots;
@@ -224,15 +237,10 @@ void Daemon::housekeeping(std::uint64_t now) {
       spdlog::info("allocation {}: reclaimed {} slot(s) of dead processes, {} bytes", alloc_id,
                    result.slots, result.bytes);
     }
-    unsigned live = 0;
-    for (const auto& slot : usage.slots) {
-      const auto st = shm::slot_state(slot);
-      if (st == shm::SlotState::kActive || st == shm::SlotState::kClaiming) ++live;
-    }
+    const unsigned live = st.processes.live();
     const unsigned count =
         std::min(a->limits.region().gpu_count.load(std::memory_order_acquire), shm::kMaxGpus);
     for (unsigned g = 0; g < count; ++g) {
-      present_[{alloc_id, g}] = live > 0;
       if (live == 0) {
         // Nobody left to publish drain marks: whatever was in flight died
         // with its context.
@@ -244,40 +252,164 @@ void Daemon::housekeeping(std::uint64_t now) {
         gu.busy_processes.store(0, std::memory_order_release);
       }
     }
+    repair_ledgers(*a, st);
   }
 }
 
-void Daemon::reconcile_overhead() {
+void Daemon::repair_ledgers(Allocation& a, AllocationState& st) {
+  shm::UsageRegion& usage = *a.usage_region();
+  const unsigned count =
+      std::min(a.limits.region().gpu_count.load(std::memory_order_acquire), shm::kMaxGpus);
+  for (unsigned g = 0; g < count; ++g) {
+    auto& used = usage.gpus[g].used_bytes;
+    const std::uint64_t seen = used.load(std::memory_order_acquire);
+    const std::uint64_t held = slot_total(usage, g);
+    if (auto fix = st.ledgers[g].correction(seen, held)) {
+      used.fetch_add(*fix, std::memory_order_acq_rel);
+      ++ledger_repairs_;
+      spdlog::warn(
+          "allocation {} gpu {}: its ledger said {} bytes while its live processes hold {}: "
+          "repaired (the usage region is written by the allocation's own processes)",
+          a.id, g, seen, held);
+    }
+  }
+}
+
+// NVML per-process memory and utilisation, attributed to allocations through
+// the processes the daemon verified: overhead reconciliation, the memory
+// backstop and the GPU-time backstop. Nothing here is read from a usage
+// region except what the shim tracked (to measure the overhead on top).
+void Daemon::ground_truth(std::uint64_t now) {
   if (!nvml_.available()) return;
-  std::map<std::string, std::map<std::uint32_t, std::uint64_t>> by_uuid;
-  for (auto& [id, ref] : tenants_) {
-    if (!by_uuid.contains(ref.uuid)) {
-      auto m = nvml_.process_memory(ref.uuid);
-      if (!m) continue;
-      by_uuid[ref.uuid] = std::move(*m);
+  const std::uint64_t window = last_truth_ns_ ? now - last_truth_ns_ : 0;
+  last_truth_ns_ = now;
+  struct Gpu {
+    std::string uuid;
+    std::map<std::uint32_t, std::uint64_t> memory, busy;
+    bool memory_ok = false, busy_ok = false;
+  };
+  std::vector<Gpu> gpus;
+  for (auto& uuid : nvml_.gpu_uuids()) {
+    Gpu g{.uuid = uuid};
+    if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
+    if (auto b = nvml_.process_busy(uuid)) g.busy = std::move(*b), g.busy_ok = true;
+    gpus.push_back(std::move(g));
+  }
+  for (auto& [alloc_id, a] : registry_.allocations()) {
+    shm::UsageRegion* usage = a->usage_region();
+    if (!usage) continue;
+    AllocationState& st = states_[alloc_id];
+    const shm::LimitsRegion& limits = a->limits.region();
+    // Per limits entry: ground truth of the whole allocation and of each process.
+    struct Entry {
+      std::uint64_t memory = 0, busy = 0;
+      bool memory_known = false, busy_known = false;
+      std::vector<ProcessUse> memory_users, busy_users;
+      std::map<unsigned, std::uint64_t> slot_memory;  // slot -> NVML bytes
+    };
+    std::map<unsigned, Entry> entries;
+    for (const auto& gpu : gpus) {
+      const auto e = shm::find_gpu_entry(limits, gpu.uuid);
+      if (!e || *e >= shm::kMaxGpus) continue;
+      Entry& entry = entries[*e];
+      entry.memory_known = entry.memory_known || gpu.memory_ok;
+      entry.busy_known = entry.busy_known || gpu.busy_ok;
+      for (const auto& [slot, p] : st.processes.verified()) {
+        auto m = gpu.memory.find(p.host_pid);
+        auto b = gpu.busy.find(p.host_pid);
+        const std::uint64_t bytes = m == gpu.memory.end() ? 0 : m->second;
+        const std::uint64_t busy = b == gpu.busy.end() ? 0 : b->second;
+        entry.memory += bytes;
+        entry.busy += busy;
+        entry.slot_memory[slot] += bytes;
+        entry.memory_users.push_back({p.host_pid, p.start_time, bytes});
+        entry.busy_users.push_back({p.host_pid, p.start_time, busy});
+      }
+    }
+    shm::QuotaLedger ledger(*usage);
+    for (auto& [e, entry] : entries) {
+      // Context and module overhead: what NVML sees beyond what the shim tracked.
+      if (entry.memory_known) {
+        for (const auto& [slot_index, nvml_bytes] : entry.slot_memory) {
+          auto& slot = usage->slots[slot_index];
+          if (shm::slot_state(slot) != shm::SlotState::kActive || nvml_bytes == 0) continue;
+          const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_relaxed);
+          const std::uint64_t overhead = measured_overhead(nvml_bytes, tracked);
+          const std::uint64_t current = slot.overhead[e].load(std::memory_order_relaxed);
+          // Allocations racing the NVML sample move it by whole allocations;
+          // ignore sub-MiB jitter so the total does not flap.
+          const std::uint64_t diff = overhead > current ? overhead - current : current - overhead;
+          if (diff >= (1u << 20)) ledger.set_overhead(e, slot, overhead);
+        }
+        const std::uint64_t limit = shm::read_gpu_limits(limits, e).memory_limit_bytes;
+        auto [watch, added] = st.memory.try_emplace(e, config_.over_quota_grace_ns);
+        const bool was_over = watch->second.over();
+        if (watch->second.observe(entry.memory, limit, now)) {
+          const std::string why = fmt::format(
+              "above its memory quota by ground truth: NVML shows {} bytes for its processes, "
+              "quota {} bytes, for more than {} ms",
+              entry.memory, limit, config_.over_quota_grace_ns / 1'000'000);
+          if (auto victim = youngest_user(entry.memory_users)) kill_process(*a, e, *victim, why);
+        } else if (!was_over && watch->second.over()) {
+          spdlog::warn(
+              "allocation {} gpu {}: NVML shows {} bytes for its processes, above its "
+              "quota of {} bytes (the grace is {} ms)",
+              alloc_id, e, entry.memory, limit, config_.over_quota_grace_ns / 1'000'000);
+        }
+      }
+      // GPU time: what NVML saw against what the scheduler charged.
+      if (!entry.busy_known || window == 0) continue;
+      auto tid = tenant_ids_.find({alloc_id, e});
+      if (tid == tenant_ids_.end()) continue;
+      TenantRef* ref = tenant(tid->second);
+      if (!ref) continue;
+      LeaseScheduler& sched = scheduler_for(ref->uuid);
+      const std::uint64_t charged_total = sched.stats(ref->id).attributed_ns;
+      const std::uint64_t charged = charged_total >= ref->charged_at_sample_ns
+                                        ? charged_total - ref->charged_at_sample_ns
+                                        : charged_total;  // the tenant left and came back
+      const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window);
+      if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
+      ref->charged_at_sample_ns = sched.stats(ref->id).attributed_ns;
+      if (v.unleased) {
+        const std::string why = fmt::format(
+            "running kernels without leases: NVML shows {} ms of GPU time in the last {} ms, "
+            "its leases {} ms",
+            entry.busy / 1'000'000, window / 1'000'000, charged / 1'000'000);
+        if (auto victim = youngest_user(entry.busy_users)) kill_process(*a, e, *victim, why);
+      }
     }
   }
-  for (auto& [id, ref] : tenants_) {
-    auto procs = by_uuid.find(ref.uuid);
-    if (procs == by_uuid.end()) continue;
-    auto it = registry_.allocations().find(ref.alloc_id);
-    if (it == registry_.allocations().end()) continue;
-    auto& usage = it->second->usage.mutable_region();
-    shm::QuotaLedger ledger(usage);
-    for (auto& slot : usage.slots) {
-      if (shm::slot_state(slot) != shm::SlotState::kActive) continue;
-      const auto host = slot.host_pid.load(std::memory_order_acquire);
-      auto used = procs->second.find(host);
-      if (host == 0 || used == procs->second.end()) continue;
-      const std::uint64_t tracked = slot.bytes[ref.gpu].load(std::memory_order_relaxed);
-      const std::uint64_t overhead = measured_overhead(used->second, tracked);
-      const std::uint64_t current = slot.overhead[ref.gpu].load(std::memory_order_relaxed);
-      // Allocations racing the NVML sample move it by whole allocations;
-      // ignore sub-MiB jitter so the total does not flap.
-      const std::uint64_t diff = overhead > current ? overhead - current : current - overhead;
-      if (diff >= (1u << 20)) ledger.set_overhead(ref.gpu, slot, overhead);
-    }
+}
+
+void Daemon::kill_process(Allocation& a, unsigned entry, std::uint32_t host_pid,
+                          const std::string& why) {
+  if (config_.over_quota == OverQuotaAction::kLog) {
+    spdlog::error("allocation {} gpu {}: {}; pid {} left running (--over-quota=log)", a.id, entry,
+                  why, host_pid);
+    return;
   }
+  // The verified record is at most a housekeeping pass old: make sure the PID
+  // still is that process before the signal.
+  const AllocationState& st = states_[a.id];
+  bool same = false;
+  for (const auto& [slot, p] : st.processes.verified()) {
+    if (p.host_pid != host_pid) continue;
+    const auto now_stat = shm::read_proc_stat(static_cast<pid_t>(host_pid), config_.proc_root);
+    same = now_stat && now_stat->start_time == p.start_time;
+  }
+  if (!same) return;
+  if (::kill(static_cast<pid_t>(host_pid), SIGKILL) != 0) {
+    spdlog::error("allocation {} gpu {}: {}; cannot kill pid {}: {}", a.id, entry, why, host_pid,
+                  std::strerror(errno));
+    return;
+  }
+  ++over_quota_kills_;
+  a.limits.mutable_region().gpus[entry].over_quota_kills.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error(
+      "allocation {} gpu {}: {}; killed pid {}, its youngest such process "
+      "(--over-quota=kill)",
+      a.id, entry, why, host_pid);
 }
 
 void Daemon::publish_figures(std::uint64_t) {
@@ -286,12 +418,12 @@ void Daemon::publish_figures(std::uint64_t) {
   m.allocations = allocs.size();
   m.reclaimed_slots_total = reclaimed_slots_;
   m.reclaimed_bytes_total = reclaimed_bytes_;
+  m.ledger_repairs_total = ledger_repairs_;
   for (auto& [id, ref] : tenants_) {
     auto it = allocs.find(ref.alloc_id);
     if (it == allocs.end()) continue;
     auto& gl = it->second->limits.mutable_region().gpus[ref.gpu];
-    auto& usage = it->second->usage.mutable_region();
-    auto& gu = usage.gpus[ref.gpu];
+    shm::UsageRegion* usage = it->second->usage_region();
     const TenantStats st = scheduler_for(ref.uuid).stats(id);
     // Stats restart from zero when a tenant leaves and comes back: keep the
     // published counters monotonic by folding the old run into the base.
@@ -301,16 +433,21 @@ void Daemon::publish_figures(std::uint64_t) {
       ref.base_granted_ns += ref.last_granted_ns;
       ref.base_handoffs += ref.last_handoffs;
     }
+    if (st.unleased_ns < ref.last_unleased_ns) ref.base_unleased_ns += ref.last_unleased_ns;
     ref.last_attributed_ns = st.attributed_ns;
     ref.last_grants = st.grants;
     ref.last_granted_ns = st.granted_ns;
     ref.last_handoffs = st.handoffs;
+    ref.last_unleased_ns = st.unleased_ns;
     gl.share_target_ppm.store(st.target_ppm, std::memory_order_relaxed);
     gl.share_achieved_ppm.store(st.achieved_ppm, std::memory_order_relaxed);
     gl.handoffs.store(ref.base_handoffs + st.handoffs, std::memory_order_relaxed);
     gl.lease_grants.store(ref.base_grants + st.grants, std::memory_order_relaxed);
     gl.granted_ns.store(ref.base_granted_ns + st.granted_ns, std::memory_order_relaxed);
-    gu.busy_ns.store(ref.base_busy_ns + st.attributed_ns, std::memory_order_relaxed);
+    gl.unleased_busy_ns.store(ref.base_unleased_ns + st.unleased_ns, std::memory_order_relaxed);
+    if (usage)
+      usage->gpus[ref.gpu].busy_ns.store(ref.base_busy_ns + st.attributed_ns,
+                                         std::memory_order_relaxed);
 
     const auto lim = shm::read_gpu_limits(it->second->limits.region(), ref.gpu);
     TenantMetrics t;
@@ -320,6 +457,14 @@ void Daemon::publish_figures(std::uint64_t) {
     t.mode = lim.mode == shm::ComputeMode::kCapped ? "capped" : "burst";
     t.compute_limit_pct = lim.compute_limit_pct;
     t.weight = lim.weight;
+    t.usage_valid = usage != nullptr;
+    t.over_quota_kills = gl.over_quota_kills.load(std::memory_order_relaxed);
+    t.unleased_gpu_time_ns = ref.base_unleased_ns + st.unleased_ns;
+    if (!usage) {
+      m.tenants.push_back(std::move(t));
+      continue;
+    }
+    const auto& gu = usage->gpus[ref.gpu];
     t.memory_used_bytes = gu.used_bytes.load(std::memory_order_relaxed);
     t.memory_quota_bytes = lim.memory_limit_bytes;
     t.gpu_time_ns = ref.base_busy_ns + st.attributed_ns;
@@ -331,9 +476,7 @@ void Daemon::publish_figures(std::uint64_t) {
     t.lease_grants = ref.base_grants + st.grants;
     t.lease_handoffs = ref.base_handoffs + st.handoffs;
     t.oom_refusals = gu.oom_refusals.load(std::memory_order_relaxed);
-    for (const auto& slot : usage.slots) {
-      if (shm::slot_state(slot) == shm::SlotState::kActive) ++t.processes;
-    }
+    t.processes = states_[ref.alloc_id].processes.live();
     m.tenants.push_back(std::move(t));
   }
   std::lock_guard lock(metrics_mutex_);
@@ -349,9 +492,12 @@ void Daemon::tick(std::uint64_t now) {
   const auto changes = registry_.poll(now);
   for (const auto& id : changes.removed) on_removed(id, now);
   for (const auto& id : changes.added) {
-    on_added(*registry_.allocations().at(id), now);
+    auto it = registry_.allocations().find(id);
+    if (it == registry_.allocations().end()) continue;
+    on_added(*it->second, now);
     next_housekeeping_ns_ = 0;  // learn its processes at once
   }
+  for (const auto& id : changes.usage_lost) states_[id].processes = AllocationProcesses{};
   if (now >= next_housekeeping_ns_) {
     housekeeping(now);
     next_housekeeping_ns_ = now + config_.housekeeping_interval_ns;
@@ -365,13 +511,14 @@ void Daemon::tick(std::uint64_t now) {
     next_step_ns_ = std::min(next_step_ns_, d.next_step_ns);
   }
   if (now >= next_nvml_ns_) {
-    reconcile_overhead();
+    ground_truth(now);
     next_nvml_ns_ = now + config_.nvml_interval_ns;
   }
   if (now >= next_figures_ns_) {
     publish_figures(now);
     next_figures_ns_ = now + 100'000'000;
   }
+  last_tick_ns_.store(now, std::memory_order_relaxed);
 }
 
 void Daemon::run(const std::atomic<bool>& stop) {

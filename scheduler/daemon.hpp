@@ -15,9 +15,12 @@
 #include <string>
 
 #include "scheduler/allocation_registry.hpp"
+#include "scheduler/ground_truth.hpp"
 #include "scheduler/lease_scheduler.hpp"
+#include "scheduler/ledger_check.hpp"
 #include "scheduler/metrics.hpp"
 #include "scheduler/nvml_reader.hpp"
+#include "scheduler/process_verifier.hpp"
 
 namespace cushare::sched {
 
@@ -27,8 +30,14 @@ struct DaemonConfig {
   std::uint64_t poll_interval_ns = 500'000;  // while any tenant is active
   std::uint64_t idle_poll_interval_ns = 2'000'000;
   std::uint64_t housekeeping_interval_ns = 100'000'000;  // host PIDs, reclaim
-  std::uint64_t nvml_interval_ns = 1'000'000'000;
+  // Ground truth (NVML per-process memory and utilisation) is read this often.
+  std::uint64_t nvml_interval_ns = 500'000'000;
   std::string proc_root = "/proc";
+  // What happens to an allocation above its memory quota by ground truth for
+  // longer than the grace, or running kernels without leases: its youngest
+  // offending process is killed, or it is only logged and counted.
+  OverQuotaAction over_quota = OverQuotaAction::kKill;
+  std::uint64_t over_quota_grace_ns = 2'000'000'000;
 };
 
 class Daemon {
@@ -43,6 +52,8 @@ class Daemon {
 
   // Thread-safe copy of the figures of the last publish.
   DaemonMetrics metrics() const;
+  // CLOCK_MONOTONIC of the end of the last tick (0 before the first); thread-safe.
+  std::uint64_t last_tick_ns() const { return last_tick_ns_.load(std::memory_order_relaxed); }
   const DaemonConfig& config() const { return config_; }
 
  private:
@@ -56,12 +67,26 @@ class Daemon {
     // the tenant last left the scheduler: added so they never go backwards.
     std::uint64_t base_busy_ns = 0, base_grants = 0, base_granted_ns = 0, base_handoffs = 0;
     std::uint64_t last_attributed_ns = 0, last_grants = 0, last_granted_ns = 0, last_handoffs = 0;
+    std::uint64_t base_unleased_ns = 0, last_unleased_ns = 0;
+    // Ground truth: the scheduler's charge at the last NVML sample, and the
+    // balance of what NVML saw against it.
+    std::uint64_t charged_at_sample_ns = 0;
+    BusyBalance busy;
+  };
+  // What the daemon knows of an allocation beyond its regions.
+  struct AllocationState {
+    AllocationProcesses processes;            // verified by the daemon itself
+    std::map<unsigned, LedgerCheck> ledgers;  // per limits entry
+    std::map<unsigned, MemoryWatch> memory;   // per limits entry
+    bool wants_verification = false;          // demand seen before any verified process
   };
   void on_added(Allocation& a, std::uint64_t now);
   void on_removed(const std::string& alloc_id, std::uint64_t now);
   void sync_tenants(std::uint64_t now);
   void housekeeping(std::uint64_t now);
-  void reconcile_overhead();
+  void repair_ledgers(Allocation& a, AllocationState& st);
+  void ground_truth(std::uint64_t now);
+  void kill_process(Allocation& a, unsigned entry, std::uint32_t host_pid, const std::string& why);
   void publish_lease(const std::string& uuid, const LeaseDecision& d);
   void publish_figures(std::uint64_t now);
   void heartbeat(std::uint64_t now);
@@ -74,7 +99,7 @@ class Daemon {
   std::map<std::string, std::unique_ptr<LeaseScheduler>> schedulers_;  // by GPU UUID
   std::map<std::pair<std::string, unsigned>, TenantId> tenant_ids_;
   std::map<TenantId, TenantRef> tenants_;
-  std::map<std::pair<std::string, unsigned>, bool> present_;  // has live processes
+  std::map<std::string, AllocationState> states_;  // by allocation id
   TenantId next_tenant_id_ = 1;
   std::uint64_t next_housekeeping_ns_ = 0;
   std::uint64_t next_nvml_ns_ = 0;
@@ -82,7 +107,11 @@ class Daemon {
   std::uint64_t next_step_ns_ = 0;
   std::uint64_t reclaimed_slots_ = 0;
   std::uint64_t reclaimed_bytes_ = 0;
+  std::uint64_t ledger_repairs_ = 0;
+  std::uint64_t over_quota_kills_ = 0;
+  std::uint64_t last_truth_ns_ = 0;
   bool any_active_ = false;
+  std::atomic<std::uint64_t> last_tick_ns_{0};
   mutable std::mutex metrics_mutex_;
   DaemonMetrics metrics_;
 };

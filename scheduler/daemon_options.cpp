@@ -55,7 +55,12 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
 
 std::pair<std::string, int> split_host_port(const std::string& addr) {
   const auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
+  // No empty host standing for "every address": listening on every
+  // interface must be asked for by name (0.0.0.0 or [::]).
+  if (colon == 0)
+    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr +
+                             "' (for every address write 0.0.0.0" + addr + " or [::]" + addr + ")");
+  if (colon == std::string::npos || colon + 1 == addr.size()) {
     throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr + "'");
   }
   std::string host = addr.substr(0, colon);

@@ -25,7 +25,8 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
 // Throws std::runtime_error naming the bad key.
 void apply_config_json(const std::string& text, DaemonOptions& opts);
 
-// "HOST:PORT" -> (host, port); throws std::runtime_error when malformed.
+// "HOST:PORT" -> (host, port); throws std::runtime_error when malformed,
+// and for an empty host (":9400"): every address is 0.0.0.0 or [::].
 std::pair<std::string, int> split_host_port(const std::string& addr);
 
 }  // namespace cushare::sched

@@ -89,6 +89,17 @@ void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
   }
 }
 
+void LeaseScheduler::charge_unleased(TenantId id, std::uint64_t ns) {
+  auto it = tenants_.find(id);
+  if (it == tenants_.end() || ns == 0) return;
+  Tenant& t = it->second;
+  t.stats.attributed_ns += ns;
+  t.stats.unleased_ns += ns;
+  t.vtime += static_cast<double>(ns) / weight_of(t.policy);
+  if (t.policy.mode == Mode::kCapped)
+    t.cap_clock += static_cast<double>(ns) / cap_fraction(t.policy);
+}
+
 // Where the lease of `r` is charged from: the holder's first launch in it if
 // seen within the resume grace, else the grant (nullopt: not known yet).
 std::optional<std::uint64_t> LeaseScheduler::lease_begins(const LeaseRecord& r, const Tenant* t,

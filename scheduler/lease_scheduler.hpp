@@ -85,6 +85,7 @@ struct TenantStats {
   std::uint64_t grants = 0;
   std::uint64_t granted_ns = 0;    // total lease time granted (incl. extensions)
   std::uint64_t handoffs = 0;      // leases this tenant handed to another one
+  std::uint64_t unleased_ns = 0;   // charged from ground truth (charge_unleased), in attributed_ns
   std::uint32_t target_ppm = 0;    // entitlement among the active tenants
   std::uint32_t achieved_ppm = 0;  // attributed share of the last achieved window
   bool holder = false;
@@ -110,6 +111,11 @@ class LeaseScheduler {
   void remove_tenant(TenantId id, std::uint64_t now);
   bool has_tenant(TenantId id) const { return tenants_.contains(id); }
   void set_signals(TenantId id, const TenantSignals& signals);
+
+  // Charges GPU time that ground truth (NVML) says the tenant used beyond what
+  // its leases were charged: it counts for fair queueing and the cap like
+  // lease time (not in the achieved-share window, which follows the leases).
+  void charge_unleased(TenantId id, std::uint64_t ns);
 
   // Continues a lease found in the regions at start-up (daemon restart).
   void adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now);

@@ -1,14 +1,14 @@
 // cushared: the node daemon. See docs/scheduler.md.
-#include <httplib.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <thread>
+#include <memory>
 
 #include "scheduler/daemon.hpp"
 #include "scheduler/daemon_options.hpp"
 #include "scheduler/metrics.hpp"
+#include "scheduler/metrics_server.hpp"
 #include "shm/mapping_guard.hpp"
 #ifdef CUSHARE_HAVE_CONTROL
 #include "scheduler/control_handler.hpp"
@@ -17,6 +17,8 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
+// A loop that has not ticked for this long is stuck (/healthz answers 503).
+constexpr std::uint64_t kHealthyTickAgeNs = 5'000'000'000;
 void on_signal(int) {
   g_stop.store(true);
 }
@@ -46,19 +48,25 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  httplib::Server metrics_server;
-  std::thread metrics_thread;
+  std::unique_ptr<MetricsServer> metrics_server;
   if (!opts->metrics_addr.empty()) {
     const auto [host, port] = split_host_port(opts->metrics_addr);
-    metrics_server.Get("/metrics", [&daemon](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render_prometheus(daemon->metrics()), "text/plain; version=0.0.4");
-    });
-    if (!metrics_server.bind_to_port(host, port)) {
-      spdlog::error("cannot listen on {} for metrics", opts->metrics_addr);
+    // Healthy: the main loop ticked within the last few seconds (it ticks at
+    // least every idle poll interval) and no shutdown has begun.
+    auto healthy = [&daemon] {
+      const std::uint64_t last = daemon->last_tick_ns();
+      const std::uint64_t now = monotonic_ns();
+      return !g_stop.load() && (last == 0 || now < last || now - last < kHealthyTickAgeNs);
+    };
+    auto metrics = [&daemon] { return render_prometheus(daemon->metrics()); };
+    try {
+      metrics_server = std::make_unique<MetricsServer>(
+          host, port, MetricsEndpoints{.metrics = metrics, .healthy = healthy});
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
       return 1;
     }
-    spdlog::info("metrics on http://{}/metrics", opts->metrics_addr);
-    metrics_thread = std::thread([&metrics_server] { metrics_server.listen_after_bind(); });
+    spdlog::info("metrics on http://{}/metrics", metrics_server->address());
   }
 
 #ifdef CUSHARE_HAVE_CONTROL
@@ -83,10 +91,7 @@ int main(int argc, char** argv) {
   if (control_server) control_server->stop();
 #endif
 
-  if (metrics_thread.joinable()) {
-    metrics_server.stop();
-    metrics_thread.join();
-  }
+  if (metrics_server) metrics_server->stop();
   spdlog::info("stopped");
   return 0;
 }

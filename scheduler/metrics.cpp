@@ -75,8 +75,21 @@ std::string render_prometheus(const DaemonMetrics& m) {
          [](T t) { return std::optional<double>(static_cast<double>(t.lease_handoffs)); });
   family(out, m, "cushare_oom_refusals_total", "counter", "Allocations refused by the quota.",
          [](T t) { return std::optional<double>(static_cast<double>(t.oom_refusals)); });
-  family(out, m, "cushare_processes", "gauge", "Live processes of the allocation.",
+  family(out, m, "cushare_processes", "gauge",
+         "Live processes of the allocation (verified by the daemon).",
          [](T t) { return std::optional<double>(t.processes); });
+  family(out, m, "cushare_usage_region_valid", "gauge",
+         "1 while the allocation's usage region is valid; 0: damaged by its processes, no GPU "
+         "time until it is valid again.",
+         [](T t) { return std::optional<double>(t.usage_valid ? 1 : 0); });
+  family(out, m, "cushare_over_quota_kills_total", "counter",
+         "Processes killed because ground truth (NVML) showed the allocation above its memory "
+         "quota past the grace, or running kernels without leases.",
+         [](T t) { return std::optional<double>(t.over_quota_kills); });
+  family(out, m, "cushare_unleased_gpu_time_seconds_total", "counter",
+         "GPU time ground truth showed beyond what the allocation's leases were charged (charged "
+         "on top).",
+         [](T t) { return std::optional<double>(t.unleased_gpu_time_ns / 1e9); });
   out += fmt::format(
       "# HELP cushare_allocations Allocations the daemon manages.\n# TYPE cushare_allocations "
       "gauge\ncushare_allocations {}\n",
@@ -89,6 +102,11 @@ std::string render_prometheus(const DaemonMetrics& m) {
       "# HELP cushare_reclaimed_bytes_total Device memory returned from dead processes.\n"
       "# TYPE cushare_reclaimed_bytes_total counter\ncushare_reclaimed_bytes_total {}\n",
       m.reclaimed_bytes_total);
+  out += fmt::format(
+      "# HELP cushare_ledger_repairs_total Allocation ledgers found disagreeing with their live "
+      "processes and repaired.\n# TYPE cushare_ledger_repairs_total counter\n"
+      "cushare_ledger_repairs_total {}\n",
+      m.ledger_repairs_total);
   return out;
 }
 

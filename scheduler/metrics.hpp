@@ -26,7 +26,10 @@ struct TenantMetrics {
   std::uint64_t lease_grants = 0;
   std::uint64_t lease_handoffs = 0;
   std::uint64_t oom_refusals = 0;
-  std::uint32_t processes = 0;
+  std::uint32_t processes = 0;             // verified by the daemon
+  bool usage_valid = true;                 // false: its usage region is damaged, no GPU time
+  std::uint32_t over_quota_kills = 0;      // processes killed on ground truth
+  std::uint64_t unleased_gpu_time_ns = 0;  // charged from ground truth beyond its leases
 };
 
 struct DaemonMetrics {
@@ -34,6 +37,7 @@ struct DaemonMetrics {
   std::uint64_t allocations = 0;
   std::uint64_t reclaimed_slots_total = 0;
   std::uint64_t reclaimed_bytes_total = 0;
+  std::uint64_t ledger_repairs_total = 0;
 };
 
 std::string render_prometheus(const DaemonMetrics& m);

@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <vector>
 
 namespace cushare::sched {
@@ -15,8 +18,26 @@ struct ProcessInfo {
   unsigned int gpuInstanceId;
   unsigned int computeInstanceId;
 };
+// nvmlProcessUtilizationSample_t.
+struct UtilizationSample {
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU time, microseconds
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
 constexpr int kSuccess = 0;
+constexpr int kNotFound = 6;
 constexpr int kInsufficientSize = 7;
+constexpr unsigned kUuidBuffer = 96;
+
+unsigned long long wall_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<unsigned long long>(ts.tv_sec) * 1'000'000ull +
+         static_cast<unsigned long long>(ts.tv_nsec) / 1000;
+}
 }  // namespace
 
 NvmlReader::NvmlReader() {
@@ -35,6 +56,12 @@ NvmlReader::NvmlReader() {
         dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v2"));
   }
   shutdown_ = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown"));
+  get_count_ = reinterpret_cast<decltype(get_count_)>(dlsym(lib_, "nvmlDeviceGetCount_v2"));
+  get_handle_by_index_ = reinterpret_cast<decltype(get_handle_by_index_)>(
+      dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
+  get_uuid_ = reinterpret_cast<decltype(get_uuid_)>(dlsym(lib_, "nvmlDeviceGetUUID"));
+  get_process_utilization_ = reinterpret_cast<decltype(get_process_utilization_)>(
+      dlsym(lib_, "nvmlDeviceGetProcessUtilization"));
   if (!init || !get_handle_by_uuid_ || !get_processes_) {
     spdlog::warn("NVML lacks the functions the daemon needs; no overhead reconciliation");
     return;
@@ -70,6 +97,69 @@ std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_memory
     return out;
   }
   return std::nullopt;
+}
+
+std::vector<std::string> NvmlReader::gpu_uuids() {
+  std::vector<std::string> out;
+  if (!init_ok_ || !get_count_ || !get_handle_by_index_ || !get_uuid_) return out;
+  unsigned int count = 0;
+  if (get_count_(&count) != kSuccess) return out;
+  for (unsigned int i = 0; i < count; ++i) {
+    Device dev = nullptr;
+    char uuid[kUuidBuffer] = {};
+    if (get_handle_by_index_(i, &dev) != kSuccess || get_uuid_(dev, uuid, sizeof uuid) != kSuccess)
+      continue;
+    out.emplace_back(uuid);
+  }
+  return out;
+}
+
+std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_busy(
+    const std::string& uuid) {
+  if (!init_ok_ || !get_process_utilization_) return std::nullopt;
+  Device dev = nullptr;
+  if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
+  auto seen = last_seen_us_.find(uuid);
+  if (seen == last_seen_us_.end()) {
+    last_seen_us_[uuid] = wall_us();
+    return std::map<std::uint32_t, std::uint64_t>{};
+  }
+  std::vector<UtilizationSample> samples(64);
+  unsigned int count = 0;
+  int rc = kInsufficientSize;
+  for (int attempt = 0; attempt < 4 && rc == kInsufficientSize; ++attempt) {
+    count = static_cast<unsigned int>(samples.size());
+    rc = get_process_utilization_(dev, samples.data(), &count, seen->second);
+    if (rc == kInsufficientSize)
+      samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
+  }
+  std::map<std::uint32_t, std::uint64_t> out;
+  if (rc == kNotFound) {  // nothing ran since the last call
+    seen->second = wall_us();
+    return out;
+  }
+  if (rc != kSuccess) return std::nullopt;
+  samples.resize(std::min<std::size_t>(count, samples.size()));
+  // Each sample stands for the utilisation of its process over the period
+  // from the previous sample time (or the last call) to its own.
+  std::sort(samples.begin(), samples.end(),
+            [](const auto& a, const auto& b) { return a.timeStamp < b.timeStamp; });
+  unsigned long long period_start = seen->second;
+  unsigned long long latest = seen->second;
+  unsigned long long previous_stamp = seen->second;
+  for (const auto& s : samples) {
+    if (s.timeStamp <= seen->second) continue;
+    if (s.timeStamp != previous_stamp) {
+      period_start = previous_stamp;
+      previous_stamp = s.timeStamp;
+    }
+    const unsigned long long period_us = s.timeStamp - period_start;
+    out[s.pid] +=
+        static_cast<std::uint64_t>(std::min(s.smUtil, 100u)) * period_us * 10;  // % of us -> ns
+    latest = std::max(latest, s.timeStamp);
+  }
+  seen->second = latest;
+  return out;
 }
 
 }  // namespace cushare::sched

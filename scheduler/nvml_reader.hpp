@@ -1,12 +1,15 @@
-// Per-process device memory as NVML reports it (the driver's own figure,
-// context and module overhead included). Loaded with dlopen so the daemon
-// runs, without overhead reconciliation, on machines without a GPU driver.
+// What NVML reports per process — device memory (the driver's own figure,
+// context and module overhead included) and GPU utilisation — for the
+// daemon's ground truth. Loaded with dlopen so the daemon runs, without
+// overhead reconciliation or the ground-truth backstop, on machines without a
+// GPU driver.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cushare::sched {
 
@@ -21,6 +24,13 @@ class NvmlReader {
   // host PID -> used bytes of every compute process on the GPU with this
   // UUID; nullopt when NVML cannot answer.
   std::optional<std::map<std::uint32_t, std::uint64_t>> process_memory(const std::string& uuid);
+  // The UUIDs of every GPU NVML enumerates ("GPU-..."); empty when it cannot.
+  std::vector<std::string> gpu_uuids();
+  // host PID -> GPU time (ns) each process used on that GPU since the last
+  // call for it, from nvmlDeviceGetProcessUtilization samples (utilisation x
+  // sample period). The first call for a GPU only sets the starting point.
+  // nullopt when NVML cannot answer.
+  std::optional<std::map<std::uint32_t, std::uint64_t>> process_busy(const std::string& uuid);
 
  private:
   void* lib_ = nullptr;
@@ -28,7 +38,12 @@ class NvmlReader {
   using Device = struct nvmlDevice_st*;
   int (*get_handle_by_uuid_)(const char*, Device*) = nullptr;
   int (*get_processes_)(Device, unsigned int*, void*) = nullptr;
+  int (*get_count_)(unsigned int*) = nullptr;
+  int (*get_handle_by_index_)(unsigned int, Device*) = nullptr;
+  int (*get_uuid_)(Device, char*, unsigned int) = nullptr;
+  int (*get_process_utilization_)(Device, void*, unsigned int*, unsigned long long) = nullptr;
   int (*shutdown_)() = nullptr;
+  std::map<std::string, unsigned long long> last_seen_us_;  // per GPU UUID
 };
 
 // Context overhead to charge a process: what NVML says it uses minus what

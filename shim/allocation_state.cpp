@@ -1,11 +1,13 @@
 #include "shim/allocation_state.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "shim/device_uuid.hpp"
 #include "shim/fork_hooks.hpp"
 #include "shim/logging.hpp"
+#include "shim/managed_allocation.hpp"
 #include "shim/real_driver.hpp"
 #include "shim/shim_env.hpp"
 #include "shim/visible_devices.hpp"
@@ -59,8 +62,8 @@ std::uint64_t monotonic_ns() {
 
 CUresult fail_closed(const std::string& why) {
   log().error(
-      "{}; refusing to run without a quota (cuInit fails with CUDA_ERROR_INVALID_VALUE, "
-      "set CUSHARE_DISABLE=1 only to debug)",
+      "{}; refusing to run without a quota (cuInit fails with CUDA_ERROR_INVALID_VALUE; in a "
+      "standalone allocation CUSHARE_DISABLE=1 passes every call through, for debugging)",
       why);
   detail::g_mode.store(ShimMode::kFailed, std::memory_order_release);
   return CUDA_ERROR_INVALID_VALUE;
@@ -137,13 +140,42 @@ std::optional<unsigned> claim_own_slot(shm::UsageRegion& usage, std::string& err
 // Opens the allocation's regions into `h`, creating them from `spec` when
 // the run dir has none yet (standalone). Another process may be creating
 // them right now: opening waits for it to publish. Returns why it failed.
+// The managed limits file at `path` is the read-only limits mount: its
+// identity (device, inode) after the check, for comparing with the mapping.
+shm::Parsed<std::pair<std::uint64_t, std::uint64_t>> verified_managed_limits(
+    const fs::path& path, const ManagedMount& mount) {
+  using Result = shm::Parsed<std::pair<std::uint64_t, std::uint64_t>>;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Result::fail(path.string() + ": " + std::strerror(errno));
+  auto why = verify_managed_limits(fd, mount);
+  struct stat sb {};
+  const bool stat_ok = ::fstat(fd, &sb) == 0;
+  ::close(fd);
+  if (why) return Result::fail(path.string() + " is not the managed limits mount: " + *why);
+  if (!stat_ok) return Result::fail(path.string() + ": cannot stat");
+  return Result::ok({static_cast<std::uint64_t>(sb.st_dev), static_cast<std::uint64_t>(sb.st_ino)});
+}
+
 std::optional<std::string> open_regions_locked(Holder& h, const fs::path& dir,
-                                               const std::vector<shm::GpuQuotaSpec>& spec) {
+                                               const std::vector<shm::GpuQuotaSpec>& spec,
+                                               const std::optional<ManagedMount>& managed) {
   const fs::path limits_path = dir / "limits";
   const fs::path usage_path = dir / "usage";
   try {
     std::error_code ec;
-    if (fs::exists(limits_path, ec)) {
+    if (managed) {
+      // Never created here: the node made it, and it is what the mount table says.
+      auto verified = verified_managed_limits(limits_path, *managed);
+      if (!verified) return verified.error();
+      h.limits.emplace(
+          shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly, shm::kDefaultPublishWait));
+      const auto& file = h.limits->file();
+      if (file.dev != verified->first || file.ino != verified->second) {
+        h.limits.reset();
+        return limits_path.string() + " changed while it was opened: not the managed limits";
+      }
+      warn_on_disagreement(h.limits->region(), spec, limits_path);
+    } else if (fs::exists(limits_path, ec)) {
       h.limits.emplace(
           shm::LimitsMapping::open(limits_path, shm::Access::kReadOnly, shm::kDefaultPublishWait));
       warn_on_disagreement(h.limits->region(), spec, limits_path);
@@ -201,12 +233,43 @@ bool is_node_run_dir(const fs::path& dir) {
   return fs::is_directory(dir / "alloc", ec) && !fs::exists(dir / "limits", ec);
 }
 
+// Where this process's allocation is: the managed one the mount table shows
+// (whatever the environment says), else what the environment configures.
+// nullopt (after logging) when the environment disables the shim, which it
+// may only do for a standalone allocation.
+std::optional<fs::path> allocation_dir(const ShimEnv& env,
+                                       const std::optional<ManagedMount>& managed) {
+  if (managed) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      log().info("managed allocation '{}' (limits mounted read-only at {})", managed->alloc_id,
+                 managed->limits);
+      if (env.disabled)
+        log().warn(
+            "CUSHARE_DISABLE is ignored: this process belongs to the managed allocation "
+            "'{}', which no environment variable can disable",
+            managed->alloc_id);
+      const char* dir = std::getenv("CUSHARE_RUN_DIR");
+      if (dir && fs::path(dir).lexically_normal() != fs::path(managed->run_dir).lexically_normal())
+        log().warn(
+            "CUSHARE_RUN_DIR={} is ignored: this process belongs to the managed allocation "
+            "in {}",
+            dir, managed->run_dir);
+    });
+    return fs::path(managed->run_dir);
+  }
+  if (env.disabled) return std::nullopt;
+  return fs::path(env.run_dir);
+}
+
 CUresult initialize_locked() {
   auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
                            fs::is_directory(kDefaultRunDir));
   if (!env) return fail_closed(env.error());
-  if (env->disabled) {
-    log().info("CUSHARE_DISABLE is set: passing every call through");
+  const auto& managed = managed_allocation();
+  const auto alloc_dir = allocation_dir(*env, managed);
+  if (!alloc_dir) {
+    log().info("CUSHARE_DISABLE is set (standalone): passing every call through");
     detail::g_mode.store(ShimMode::kDisabled, std::memory_order_release);
     return CUDA_SUCCESS;
   }
@@ -250,15 +313,15 @@ CUresult initialize_locked() {
   auto spec = shm::quota_spec_from_env(shm::process_env(), gpus);
   if (!spec) return fail_closed(spec.error());
 
-  const fs::path dir = env->run_dir;
-  if (!(h.limits && h.usage) && is_node_run_dir(dir)) {
+  const fs::path dir = *alloc_dir;
+  if (!managed && !(h.limits && h.usage) && is_node_run_dir(dir)) {
     return fail_closed(dir.string() +
                        " is a node run dir (the daemon's), not an allocation: set "
                        "CUSHARE_RUN_DIR to the allocation's folder (DIR/alloc/<id>)");
   }
   if (h.limits && h.usage) {  // an NVML query of this process opened them already
     warn_on_disagreement(h.limits->region(), *spec, h.limits->path());
-  } else if (auto why = open_regions_locked(h, dir, *spec)) {
+  } else if (auto why = open_regions_locked(h, dir, *spec, managed)) {
     return fail_closed(*why);
   }
   const fs::path usage_path = h.usage->path();
@@ -372,8 +435,10 @@ NvmlViewState open_regions_for_nvml() {
     log().error("NVML memory figures unavailable: {}", env.error());
     return NvmlViewState::kFailed;
   }
-  if (env->disabled) return NvmlViewState::kNone;
-  if (is_node_run_dir(env->run_dir)) {
+  const auto& managed = managed_allocation();
+  const auto alloc_dir = allocation_dir(*env, managed);
+  if (!alloc_dir) return NvmlViewState::kNone;
+  if (!managed && is_node_run_dir(*alloc_dir)) {
     // A host tool (the device plugin, cushared, nvidia-smi on the node)
     // with the shim preloaded: it has no allocation, it sees the card.
     log().warn("{} is a node run dir, not an allocation: NVML shows the real figures",
@@ -390,7 +455,7 @@ NvmlViewState open_regions_for_nvml() {
     log().error("NVML memory figures unavailable: {}", spec.error());
     return NvmlViewState::kFailed;
   }
-  if (auto why = open_regions_locked(holder(), env->run_dir, *spec)) {
+  if (auto why = open_regions_locked(holder(), *alloc_dir, *spec, managed)) {
     log().error("NVML memory figures unavailable: {}", *why);
     return NvmlViewState::kFailed;
   }

@@ -1,8 +1,10 @@
 #include "shim/shim_env.hpp"
 
 #include <cstdlib>
+
 #include <optional>
 #include <string_view>
+#include "shim/managed_allocation.hpp"
 
 namespace cushare::shim {
 namespace {
@@ -46,7 +48,8 @@ namespace cushare::shim {
 bool disabled_by_env() noexcept {
   static const bool disabled = [] {
     const char* v = std::getenv("CUSHARE_DISABLE");
-    return v && parse_flag(v).value_or(false);
+    // Only a standalone allocation can be disabled (managed_allocation.hpp).
+    return v && parse_flag(v).value_or(false) && !managed_allocation();
   }();
   return disabled;
 }

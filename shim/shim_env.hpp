@@ -2,7 +2,9 @@
 // shm/quota_spec). Pure: the environment comes through an injected lookup.
 //   CUSHARE_DISABLE        1/true/yes = pure pass-through; 0/false/no/unset = enforce
 //   CUSHARE_RUN_DIR        allocation folder holding `limits` and `usage`
-//   CUSHARE_OOM_BACKTRACE  1 = add the call site (libunwind) to the OOM log line
+//   CUSHARE_OOM_BACKTRACE  1 = add the call site to the OOM log line
+// The first two configure standalone allocations only: a managed one
+// (managed_allocation.hpp) ignores them.
 #pragma once
 
 #include <string>

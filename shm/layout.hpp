@@ -71,7 +71,9 @@ struct GpuLimits {                                // 128 bytes
   std::atomic<std::uint32_t> compute_limit_pct;   // 1..100: hard cap in capped mode
   std::atomic<std::uint32_t> weight;              // >= 1: fair-share weight
   std::atomic<std::uint32_t> mode;                // ComputeMode
-  std::uint32_t reserved0;
+  // Processes of the allocation the daemon killed on ground truth (NVML):
+  // above the memory quota past the grace, or running kernels with no lease.
+  std::atomic<std::uint32_t> over_quota_kills;
   // Lease words, written by the scheduler in the daemon only.
   std::atomic<std::uint64_t> lease_expiry_ns;  // CLOCK_MONOTONIC; may submit while now < expiry
   std::atomic<std::uint32_t>
@@ -83,7 +85,9 @@ struct GpuLimits {                                // 128 bytes
   std::atomic<std::uint32_t> share_target_ppm;    // entitlement, parts per million of the GPU
   std::atomic<std::uint32_t> share_achieved_ppm;  // achieved over the last 10 s
   std::atomic<std::uint64_t> handoffs;            // leases handed to another allocation
-  std::uint8_t reserved[8];
+  // GPU time ground truth showed beyond what the leases charged (forged drain
+  // marks, work past the shim), charged to it on top.
+  std::atomic<std::uint64_t> unleased_busy_ns;
 };
 
 struct LimitsRegion {

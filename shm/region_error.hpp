@@ -15,6 +15,8 @@ enum class RegionErrorCode {
   kBadSize,     // header_size / total_size / file size disagree with this build
   kTruncated,   // shorter than its header says (or zero-length)
   kExists,      // exclusive create found an existing file
+  kNotRegular,  // a symbolic link, FIFO, device, socket or folder where a region file belongs
+  kBadOwner,    // owned by another uid than the one the caller requires
 };
 
 const char* to_string(RegionErrorCode code);

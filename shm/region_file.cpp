@@ -1,22 +1,24 @@
 #include "shm/region_file.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <boost/interprocess/exceptions.hpp>
-#include <boost/interprocess/file_mapping.hpp>
-#include <boost/interprocess/mapped_region.hpp>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "shm/mapping_guard.hpp"
 
+// Mapped with mmap(2) on the descriptor that was checked: Boost.Interprocess's
+// file_mapping only opens by path, which would resolve the path a second time
+// after the checks (a tenant could swap the file in between).
+
 namespace cushare::shm {
-namespace bip = boost::interprocess;
 
 namespace {
 
@@ -37,10 +39,65 @@ std::uint64_t realtime_ns() {
   throw RegionError(code, path, what + ": " + std::strerror(err));
 }
 
+// A descriptor closed on every path out.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+const char* file_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Opens an existing region file: never through a symbolic link (ELOOP), never
+// blocking (a FIFO opens at once and is refused below), close-on-exec.
+Fd open_existing(const std::string& path, Access access, struct stat& sb) {
+  const int flags = (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK |
+                    O_CLOEXEC | O_NOCTTY;
+  Fd fd(::open(path.c_str(), flags));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == ENOENT) throw RegionError(RegionErrorCode::kMissing, path, "no such file");
+    if (err == ELOOP)
+      throw RegionError(RegionErrorCode::kNotRegular, path,
+                        "is a symbolic link; region files are never followed");
+    if (err == EISDIR) throw RegionError(RegionErrorCode::kNotRegular, path, "is a folder");
+    throw_errno(RegionErrorCode::kIo, path, "cannot open", err);
+  }
+  if (::fstat(fd.get(), &sb) != 0) throw_errno(RegionErrorCode::kIo, path, "cannot stat", errno);
+  if (!S_ISREG(sb.st_mode))
+    throw RegionError(RegionErrorCode::kNotRegular, path,
+                      std::string("is ") + file_type(sb.st_mode) + ", not a regular file");
+  return fd;
+}
+
+void* map_fd(int fd, std::size_t size, Access access) {
+  const int prot = access == Access::kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* p = ::mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 // One validated-or-not attempt at opening; never throws for invalid content
 // so open_or_create can tell "not yet published" from "broken".
 struct OpenAttempt {
-  std::optional<bip::mapped_region> region;
+  void* address = nullptr;
+  std::size_t size = 0;
+  struct stat file {};
   std::optional<ValidationFailure> failure;
   bool unpublished = false;  // zero-length / magic 0: a creator may still be at work
 };
@@ -48,28 +105,15 @@ struct OpenAttempt {
 template <class Region>
 OpenAttempt try_open(const std::string& path, Access access) {
   OpenAttempt out;
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) != 0) {
-    if (errno == ENOENT) throw RegionError(RegionErrorCode::kMissing, path, "no such file");
-    throw_errno(RegionErrorCode::kIo, path, "cannot stat", errno);
-  }
-  if (!S_ISREG(sb.st_mode)) throw RegionError(RegionErrorCode::kIo, path, "not a regular file");
-  const auto file_size = static_cast<std::uint64_t>(sb.st_size);
+  Fd fd = open_existing(path, access, out.file);
+  const auto file_size = static_cast<std::uint64_t>(out.file.st_size);
   HeaderFields h;
   if (file_size >= sizeof(RegionHeader)) {
-    const auto mode = access == Access::kReadWrite ? bip::read_write : bip::read_only;
-    try {
-      bip::file_mapping fm(path.c_str(), mode);
-      // Map only what the file holds, so a short file can never fault.
-      const std::size_t map_size =
-          static_cast<std::size_t>(std::min<std::uint64_t>(file_size, sizeof(Region)));
-      out.region.emplace(fm, mode, 0, map_size);
-    } catch (const bip::interprocess_exception& e) {
-      if (e.get_error_code() == bip::not_found_error)
-        throw RegionError(RegionErrorCode::kMissing, path, "no such file");
-      throw RegionError(RegionErrorCode::kIo, path, std::string("cannot map: ") + e.what());
-    }
-    const auto* hdr = static_cast<const RegionHeader*>(out.region->get_address());
+    // Map only what the file holds, so a short file can never fault.
+    out.size = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, sizeof(Region)));
+    out.address = map_fd(fd.get(), out.size, access);
+    if (!out.address) throw_errno(RegionErrorCode::kIo, path, "cannot map", errno);
+    const auto* hdr = static_cast<const RegionHeader*>(out.address);
     h.magic = hdr->magic.load(std::memory_order_acquire);
     h.layout_version = hdr->layout_version;
     h.header_size = hdr->header_size;
@@ -78,7 +122,8 @@ OpenAttempt try_open(const std::string& path, Access access) {
   out.failure = validate_region_header(kind_of<Region>(), h, file_size);
   if (out.failure) {
     out.unpublished = file_size == 0 || (file_size >= sizeof(RegionHeader) && h.magic == 0);
-    out.region.reset();
+    if (out.address) ::munmap(out.address, out.size);
+    out.address = nullptr;
   }
   return out;
 }
@@ -87,29 +132,49 @@ OpenAttempt try_open(const std::string& path, Access access) {
 
 template <class Region>
 struct RegionMapping<Region>::Impl {
-  bip::mapped_region region;
+  void* address = nullptr;
+  std::size_t size = 0;
   int guard_token = -1;
-  Impl() = default;
+  Impl(void* a, std::size_t s) : address(a), size(s) {}
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
-  ~Impl() { guard_detail::unregister_mapping(guard_token); }  // before the unmap
+  ~Impl() {
+    guard_detail::unregister_mapping(guard_token);  // before the unmap
+    if (address) ::munmap(address, size);
+  }
 };
+
+namespace {
+template <class Identity>
+Identity identity_of(const struct stat& sb) {
+  return Identity{static_cast<std::uint64_t>(sb.st_dev), static_cast<std::uint64_t>(sb.st_ino),
+                  static_cast<std::uint32_t>(sb.st_uid)};
+}
+}  // namespace
 
 template <class Region>
 RegionMapping<Region>::RegionMapping(std::unique_ptr<Impl> impl, Region* region, Access access,
-                                     bool created, std::filesystem::path path)
+                                     bool created, std::filesystem::path path, FileIdentity file)
     : impl_(std::move(impl)),
       region_(region),
       access_(access),
       created_(created),
-      path_(std::move(path)) {
-  impl_->guard_token =
-      guard_detail::register_mapping(impl_->region.get_address(), impl_->region.get_size());
+      path_(std::move(path)),
+      file_(file) {
+  impl_->guard_token = guard_detail::register_mapping(impl_->address, impl_->size);
 }
 
 template <class Region>
 bool RegionMapping<Region>::damaged() const noexcept {
   return impl_ && guard_detail::damaged(impl_->guard_token);
+}
+
+template <class Region>
+bool RegionMapping<Region>::still_at(const std::filesystem::path& path) const {
+  struct stat sb {};
+  if (::lstat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+  return static_cast<std::uint64_t>(sb.st_dev) == file_.dev &&
+         static_cast<std::uint64_t>(sb.st_ino) == file_.ino;
 }
 
 template <class Region>
@@ -133,38 +198,37 @@ RegionMapping<Region> RegionMapping<Region>::create(const std::filesystem::path&
   constexpr RegionKind kind = kind_of<Region>();
   const std::string path = fs_path.string();
   const mode_t mode = kind == RegionKind::kLimits ? kLimitsFileMode : kUsageFileMode;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) {
+  // O_EXCL never follows a symbolic link, dangling or not: it is EEXIST.
+  const int raw = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (raw < 0) {
     if (errno == EEXIST) throw RegionError(RegionErrorCode::kExists, path, "already exists");
     if (errno == ENOENT)
       throw RegionError(RegionErrorCode::kMissing, path, "its folder does not exist");
     throw_errno(RegionErrorCode::kIo, path, "cannot create", errno);
   }
+  Fd fd(raw);
   // From here on a failure removes the half-made file: nobody could ever use it.
   auto fail = [&](RegionErrorCode code, const std::string& detail) {
-    ::close(fd);
     ::unlink(path.c_str());
     throw RegionError(code, path, detail);
   };
-  if (::fchmod(fd, mode) != 0)
+  if (::fchmod(fd.get(), mode) != 0)
     fail(RegionErrorCode::kIo, std::string("cannot chmod: ") + std::strerror(errno));
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(sizeof(Region)));
+  const int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(sizeof(Region)));
   if (rc == EOPNOTSUPP || rc == EINVAL) {
-    if (::ftruncate(fd, static_cast<off_t>(sizeof(Region))) != 0)
+    if (::ftruncate(fd.get(), static_cast<off_t>(sizeof(Region))) != 0)
       fail(RegionErrorCode::kIo, std::string("cannot size: ") + std::strerror(errno));
   } else if (rc != 0) {
     fail(RegionErrorCode::kIo, std::string("cannot allocate ") + std::to_string(sizeof(Region)) +
                                    " bytes: " + std::strerror(rc));
   }
-  auto impl = std::make_unique<Impl>();
-  try {
-    bip::file_mapping fm(path.c_str(), bip::read_write);
-    impl->region = bip::mapped_region(fm, bip::read_write, 0, sizeof(Region));
-  } catch (const bip::interprocess_exception& e) {
-    fail(RegionErrorCode::kIo, std::string("cannot map: ") + e.what());
-  }
-  ::close(fd);
-  auto* region = static_cast<Region*>(impl->region.get_address());
+  struct stat sb {};
+  if (::fstat(fd.get(), &sb) != 0)
+    fail(RegionErrorCode::kIo, std::string("cannot stat: ") + std::strerror(errno));
+  void* address = map_fd(fd.get(), sizeof(Region), Access::kReadWrite);
+  if (!address) fail(RegionErrorCode::kIo, std::string("cannot map: ") + std::strerror(errno));
+  auto impl = std::make_unique<Impl>(address, sizeof(Region));
+  auto* region = static_cast<Region*>(address);
   RegionHeader& h = region->header;
   h.layout_version = kLayoutVersion;
   h.header_size = sizeof(RegionHeader);
@@ -183,7 +247,8 @@ RegionMapping<Region> RegionMapping<Region>::create(const std::filesystem::path&
     }
   }
   h.magic.store(region_magic(kind), std::memory_order_release);
-  return RegionMapping(std::move(impl), region, Access::kReadWrite, true, fs_path);
+  return RegionMapping(std::move(impl), region, Access::kReadWrite, true, fs_path,
+                       identity_of<FileIdentity>(sb));
 }
 
 template <class Region>
@@ -197,10 +262,10 @@ RegionMapping<Region> RegionMapping<Region>::open(const std::filesystem::path& f
     a = try_open<Region>(path, access);
   }
   if (a.failure) throw RegionError(a.failure->code, path, a.failure->detail);
-  auto impl = std::make_unique<Impl>();
-  impl->region = std::move(*a.region);
-  auto* region = static_cast<Region*>(impl->region.get_address());
-  return RegionMapping(std::move(impl), region, access, false, fs_path);
+  auto impl = std::make_unique<Impl>(a.address, a.size);
+  auto* region = static_cast<Region*>(a.address);
+  return RegionMapping(std::move(impl), region, access, false, fs_path,
+                       identity_of<FileIdentity>(a.file));
 }
 
 template <class Region>
@@ -224,10 +289,10 @@ RegionMapping<Region> RegionMapping<Region>::open_or_create(const std::filesyste
       throw;
     }
     if (!a->failure) {
-      auto impl = std::make_unique<Impl>();
-      impl->region = std::move(*a->region);
-      auto* region = static_cast<Region*>(impl->region.get_address());
-      return RegionMapping(std::move(impl), region, Access::kReadWrite, false, fs_path);
+      auto impl = std::make_unique<Impl>(a->address, a->size);
+      auto* region = static_cast<Region*>(a->address);
+      return RegionMapping(std::move(impl), region, Access::kReadWrite, false, fs_path,
+                           identity_of<FileIdentity>(a->file));
     }
     if (!a->unpublished) throw RegionError(a->failure->code, path, a->failure->detail);
     if (std::chrono::steady_clock::now() >= deadline)

@@ -1,7 +1,12 @@
-// Mapping of the `limits` and `usage` region files (Boost.Interprocess
-// file_mapping + mapped_region). Creation is exclusive and publishes the
-// header magic last; opening validates before anything else is touched.
-// Every failure is a RegionError naming the path.
+// Mapping of the `limits` and `usage` region files. Creation is exclusive and
+// publishes the header magic last; opening validates before anything else is
+// touched. Every failure is a RegionError naming the path.
+//
+// A tenant controls the files of its allocation folder, and node processes
+// (daemon, device plugin, cusharectl) open them as root: a file is opened once,
+// without following a symbolic link and without blocking on a FIFO, checked on
+// the opened descriptor (a regular file, its size) and mapped from that
+// descriptor, so the path is never resolved again after the check.
 #pragma once
 
 #include <chrono>
@@ -9,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "shm/layout.hpp"
@@ -69,6 +75,16 @@ class RegionMapping {
   bool writable() const { return access_ == Access::kReadWrite; }
   bool created() const { return created_; }
   const std::filesystem::path& path() const { return path_; }
+  // The file that is mapped, as fstat saw it when it was opened.
+  struct FileIdentity {
+    std::uint64_t dev = 0, ino = 0;
+    std::uint32_t uid = 0;
+    bool operator==(const FileIdentity&) const = default;
+  };
+  const FileIdentity& file() const { return file_; }
+  // Whether `path` still names the mapped file (lstat: a symbolic link or a
+  // replacement put there since is not it).
+  bool still_at(const std::filesystem::path& path) const;
   // The file was truncated under this mapping and an access past its end was
   // caught by the mapping guard (shm/mapping_guard.hpp): the region is no
   // longer the file's content; drop it. Always false without the guard.
@@ -77,12 +93,13 @@ class RegionMapping {
  private:
   struct Impl;
   RegionMapping(std::unique_ptr<Impl> impl, Region* region, Access access, bool created,
-                std::filesystem::path path);
+                std::filesystem::path path, FileIdentity file);
   std::unique_ptr<Impl> impl_;
   Region* region_ = nullptr;
   Access access_ = Access::kReadOnly;
   bool created_ = false;
   std::filesystem::path path_;
+  FileIdentity file_;
 };
 
 using LimitsMapping = RegionMapping<LimitsRegion>;

@@ -31,6 +31,10 @@ const char* to_string(RegionErrorCode code) {
       return "truncated";
     case RegionErrorCode::kExists:
       return "exists";
+    case RegionErrorCode::kNotRegular:
+      return "not-regular";
+    case RegionErrorCode::kBadOwner:
+      return "bad-owner";
   }
   return "unknown";
 }

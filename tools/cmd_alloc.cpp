@@ -1,10 +1,12 @@
 // create / remove: allocation folders for plain Docker or containerd, where no
 // device plugin writes them. `create` prints the flags that attach a container.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +25,6 @@ namespace cushare::tools {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr char kPreloadName[] = "ld.so.preload";
 
 struct Entry {
   std::string uuid;
@@ -72,8 +72,33 @@ std::vector<Entry> plan_entries(const CreateOptions& o) {
   return entries;
 }
 
+// The preload file is the node's, one for every allocation (it names the
+// library's path inside containers): never inside an allocation's folder,
+// which its containers can write.
+fs::path preload_file(const std::string& run_dir) {
+  return fs::path(run_dir) / kPreloadName;
+}
+
+void write_preload(const fs::path& path) {
+  const std::string content = std::string(kContainerLibrary) + "\n";
+  {
+    std::ifstream in(path);
+    std::string current((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in && current == content) return;
+  }
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  std::ofstream(tmp) << content;
+  ::chmod(tmp.c_str(), 0644);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // a container starting now never sees a partial file
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw CliError(kExitFailure, "cannot write " + path.string() + ": " + ec.message());
+  }
+}
+
 std::vector<std::string> docker_args(const std::string& folder, const CreateOptions& o,
-                                     const std::string& library) {
+                                     const std::string& library, const std::string& preload) {
   const std::string dir = o.container_run_dir;
   std::vector<std::string> args = {
       "-v", folder + ":" + dir,
@@ -84,7 +109,7 @@ std::vector<std::string> docker_args(const std::string& folder, const CreateOpti
   if (o.preload == "env") {
     args.insert(args.end(), {"-e", std::string("LD_PRELOAD=") + kContainerLibrary});
   } else {
-    args.insert(args.end(), {"-v", folder + "/" + kPreloadName + ":/etc/ld.so.preload:ro"});
+    args.insert(args.end(), {"-v", preload + ":/etc/ld.so.preload:ro"});
   }
   return args;
 }
@@ -112,9 +137,12 @@ int run_create(const GlobalOptions& global, const CreateOptions& options) {
   if (ec)
     throw CliError(kExitFailure,
                    "cannot create " + folder.string() + ": " + ec.message() + " (run as root?)");
-  // Containers of any uid must reach usage (0666): the folders need o+x.
-  ::chmod(folder.c_str(), 0755);
-  ::chmod((fs::path(global.run_dir) / kAllocDirName).c_str(), 0755);
+  // Containers reach their folder through its bind mount only: alloc/ is the
+  // node's alone (no other local user can open any tenant's usage), and the
+  // folder only needs to be searchable by the container's processes, whatever
+  // their uid, to open usage (0666) by name.
+  ::chmod((fs::path(global.run_dir) / kAllocDirName).c_str(), kAllocRootMode);
+  ::chmod(folder.c_str(), kAllocFolderMode);
 
   const std::string library = library_path(options.library);
   try {
@@ -126,14 +154,15 @@ int run_create(const GlobalOptions& global, const CreateOptions& options) {
     shm::UsageMapping::create(folder / kUsageName, create, [&](shm::UsageRegion& region) {
       region.gpu_count.store(static_cast<std::uint32_t>(entries.size()), std::memory_order_relaxed);
     });
-    std::ofstream(folder / kPreloadName) << kContainerLibrary << "\n";
-    ::chmod((folder / kPreloadName).c_str(), 0644);
   } catch (const shm::RegionError& e) {
     fs::remove_all(folder, ec);
     throw CliError(kExitFailure, region_error_message(e));
   }
+  const fs::path preload = preload_file(global.run_dir);
+  if (options.preload == "file") write_preload(preload);
 
-  const std::vector<std::string> args = docker_args(folder.string(), options, library);
+  const std::vector<std::string> args =
+      docker_args(folder.string(), options, library, preload.string());
   if (global.json) {
     std::cout << nlohmann::json{{"alloc", options.alloc},
                                 {"folder", folder.string()},

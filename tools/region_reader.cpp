@@ -17,6 +17,11 @@ std::string region_error_message(const shm::RegionError& error) {
       if (message.find("ermission denied") != std::string::npos)
         return message + ": run as root or as the run dir's owner";
       return message;
+    case shm::RegionErrorCode::kNotRegular:
+    case shm::RegionErrorCode::kBadOwner:
+      return message +
+             ": the allocation's processes can write its folder; node tools never follow or "
+             "trust such a file";
     case shm::RegionErrorCode::kMissing:
     case shm::RegionErrorCode::kExists:
       return message;

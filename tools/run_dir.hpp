@@ -8,16 +8,20 @@
 #include <string>
 #include <vector>
 
+#include "shm/run_dir_layout.hpp"
 #include "tools/region_reader.hpp"
 #include "tools/status_model.hpp"
 
 namespace cushare::tools {
 
-inline constexpr char kDefaultRunDir[] = "/var/run/cushare";
-inline constexpr char kSocketName[] = "cushared.sock";
-inline constexpr char kAllocDirName[] = "alloc";
-inline constexpr char kLimitsName[] = "limits";
-inline constexpr char kUsageName[] = "usage";
+inline constexpr const char* kDefaultRunDir = shm::kDefaultNodeRunDir;
+using shm::kAllocDirName;
+using shm::kAllocFolderMode;
+using shm::kAllocRootMode;
+using shm::kLimitsName;
+using shm::kPreloadName;
+using shm::kSocketName;
+using shm::kUsageName;
 
 // A problem with what the user asked for (exit code 2 territory is decided by the caller).
 class NotFoundError : public std::runtime_error {

@@ -11,6 +11,7 @@
 
 #include "shm/limits_seqlock.hpp"
 #include "shm/region_file.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::plugin {
 namespace fs = std::filesystem;
@@ -39,9 +40,11 @@ bool SameGpus(const shm::LimitsRegion& region, const AllocationPlan& plan) {
 void AllocationStore::Write(const AllocationPlan& plan) {
   std::lock_guard lock(mu_);
   fs::create_directories(plan.host_alloc_dir);
-  // The shims in the container (any uid) create nothing here, but the
-  // folder is their CUSHARE_RUN_DIR: keep it traversable.
-  fs::permissions(plan.host_alloc_dir, fs::perms(0755));
+  // Containers reach the folder through its bind mount only: alloc/ is the
+  // node's alone, and the folder only needs to be searchable by the
+  // container's processes (any uid) to open their files by name.
+  fs::permissions(fs::path(plan.host_alloc_dir).parent_path(), fs::perms(shm::kAllocRootMode));
+  fs::permissions(plan.host_alloc_dir, fs::perms(shm::kAllocFolderMode));
   WriteLimits(plan);
   WriteUsage(plan);
   if (!plan.preload_host_path.empty()) WritePreload(plan);
@@ -49,8 +52,10 @@ void AllocationStore::Write(const AllocationPlan& plan) {
 }
 
 void AllocationStore::WriteLimits(const AllocationPlan& plan) {
-  const fs::path path = fs::path(plan.host_alloc_dir) / "limits";
-  if (fs::exists(path)) {
+  const fs::path path = fs::path(plan.host_alloc_dir) / shm::kLimitsName;
+  // A folder the tenant could write since (a retried Allocate): whatever is
+  // at the path is never followed (RegionMapping opens with O_NOFOLLOW).
+  if (fs::exists(fs::symlink_status(path))) {
     try {
       auto mapping = shm::LimitsMapping::open(path, shm::Access::kReadWrite);
       if (SameGpus(mapping.region(), plan)) {
@@ -66,7 +71,7 @@ void AllocationStore::WriteLimits(const AllocationPlan& plan) {
     } catch (const shm::RegionError& e) {
       spdlog::warn("{}; recreating it", e.what());
     }
-    fs::remove(path);
+    fs::remove_all(path);
   }
   shm::RegionCreateOptions opts;
   opts.alloc_id = plan.alloc_id;
@@ -80,7 +85,7 @@ void AllocationStore::WriteLimits(const AllocationPlan& plan) {
 }
 
 void AllocationStore::WriteUsage(const AllocationPlan& plan) {
-  const fs::path path = fs::path(plan.host_alloc_dir) / "usage";
+  const fs::path path = fs::path(plan.host_alloc_dir) / shm::kUsageName;
   shm::RegionCreateOptions opts;
   opts.alloc_id = plan.alloc_id;
   opts.flags = shm::kCreatedByPlugin;
@@ -90,9 +95,10 @@ void AllocationStore::WriteUsage(const AllocationPlan& plan) {
     });
   } catch (const shm::RegionError& e) {
     if (e.code() == shm::RegionErrorCode::kIo) throw;
-    // An invalid usage file is never trusted: start an empty one.
+    // An invalid usage file is never trusted, nor followed (a symbolic link
+    // the tenant put there): start an empty one.
     spdlog::warn("{}; recreating it", e.what());
-    fs::remove(path);
+    fs::remove_all(path);
     shm::UsageMapping::create(path, opts, [&](shm::UsageRegion& region) {
       region.gpu_count.store(static_cast<std::uint32_t>(plan.gpus.size()));
     });
@@ -124,7 +130,7 @@ bool AllocationStore::RemoveUnlessRecent(const std::string& alloc_id, std::chron
     last_write_.erase(it);
   }
   std::error_code ec;
-  fs::remove_all(fs::path(run_dir_) / "alloc" / alloc_id, ec);
+  fs::remove_all(fs::path(run_dir_) / shm::kAllocDirName / alloc_id, ec);
   if (ec) {
     spdlog::warn("cannot remove allocation {}: {}", alloc_id, ec.message());
     return false;

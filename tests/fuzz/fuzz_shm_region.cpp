@@ -1,14 +1,17 @@
 // libFuzzer target: region validation and mapping. The input becomes a region
-// file (in a memfd, reached through /proc/self/fd) that is opened as a limits
-// and as a usage region; a file that passes validation is then read the way
+// file (a real file in a private temporary folder: region files are never
+// opened through a symbolic link, /proc/self/fd/N included) that is opened as
+// a limits and as a usage region; a file that passes validation is then read the way
 // the shim and the daemon read it. Nothing may crash, fault or hang, and
 // validation must agree with the pure validator.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "shm/limits_seqlock.hpp"
@@ -69,6 +72,16 @@ void try_open(const std::string& path, RegionKind kind, const std::uint8_t* cont
   }
 }
 
+// One file, rewritten for every input, in a folder made once per process.
+const std::string& region_path() {
+  static const std::string path = [] {
+    std::string dir = (std::filesystem::temp_directory_path() / "cushare-fuzz-XXXXXX").string();
+    if (!mkdtemp(dir.data())) std::abort();
+    return dir + "/region";
+  }();
+  return path;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -77,7 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint8_t* content = data + 1;
   const std::size_t len = size - 1;
   for (RegionKind kind : {RegionKind::kLimits, RegionKind::kUsage}) {
-    const int fd = memfd_create("region", MFD_CLOEXEC);
+    const std::string& path = region_path();
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return 0;
     const std::uint64_t file_size = pick_size(selector, len, kind);
     if (ftruncate(fd, static_cast<off_t>(file_size)) != 0 ||
@@ -85,7 +99,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       close(fd);
       return 0;
     }
-    const std::string path = "/proc/self/fd/" + std::to_string(fd);
     const std::size_t head = static_cast<std::size_t>(std::min<std::uint64_t>(len, file_size));
     if (kind == RegionKind::kLimits) {
       try_open<LimitsMapping>(path, kind, content, head, file_size);

@@ -140,12 +140,17 @@ def case_create_remove(tmp):
     for flag in (f"-v {folder}:/var/run/cushare", f"-v {folder}/limits:/var/run/cushare/limits:ro",
                  "-e CUSHARE_RUN_DIR=/var/run/cushare",
                  "-v /opt/lib/libcushare.so:/usr/local/lib/cushare/libcushare.so:ro",
-                 f"-v {folder}/ld.so.preload:/etc/ld.so.preload:ro"):
+                 f"-v {run}/ld.so.preload:/etc/ld.so.preload:ro"):
         check(flag in out, f"create did not print {flag!r}:\n{out}")
     check(stat.S_IMODE(os.stat(os.path.join(folder, "limits")).st_mode) == 0o644, "limits is not 0644")
     check(stat.S_IMODE(os.stat(os.path.join(folder, "usage")).st_mode) == 0o666, "usage is not 0666")
-    with open(os.path.join(folder, "ld.so.preload")) as f:
+    # Nothing the container can write is part of the preload chain: the file
+    # is the node's, outside every allocation's folder.
+    check(not os.path.exists(os.path.join(folder, "ld.so.preload")), "ld.so.preload in the folder")
+    with open(os.path.join(run, "ld.so.preload")) as f:
         check(f.read().strip() == "/usr/local/lib/cushare/libcushare.so", "ld.so.preload content")
+    check(stat.S_IMODE(os.stat(os.path.join(run, "alloc")).st_mode) == 0o700, "alloc/ is not 0700")
+    check(stat.S_IMODE(os.stat(folder).st_mode) == 0o711, "the folder is not 0711")
     _, out, _ = ctl("--run-dir", run, "--json", "inspect", "job-1", expect=0)
     g = json.loads(out)["gpus"][0]
     check(g["uuid"] == "*" and g["memory"]["limit_bytes"] == 2 << 30, f"created limits wrong: {g}")

@@ -144,5 +144,82 @@ TEST_F(DaemonTick, ReclaimsTheSlotAndBytesOfADeadProcess) {
   for (const auto& s : a.usage.region().slots) EXPECT_EQ(shm::slot_state(s), shm::SlotState::kFree);
 }
 
+// Demand written into a usage region whose slots hold no live process of the
+// allocation is the tenant's word alone: it never gets a lease.
+TEST_F(DaemonTick, ForgedDemandWithoutALiveProcessGetsNoLease) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 100, shm::ComputeMode::kBurst);
+  auto& usage = a.usage.mutable_region();
+  usage.gpus[0].demand.store(5);
+  // A slot with a made-up identity and the daemon's own PID as "host PID".
+  shm::ProcessIdentity forged{.pid = 4'000'000, .pidns_inode = 12345, .start_time = 1};
+  auto slot = shm::claim_slot(usage, forged, 1);
+  ASSERT_TRUE(slot.has_value());
+  usage.slots[*slot].host_pid.store(static_cast<std::uint32_t>(getpid()));
+  std::uint64_t now = monotonic_ns();
+  for (int i = 0; i < 50; ++i) daemon.tick(now += 5 * kMs);
+  EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u);
+  EXPECT_EQ(usage.slots[*slot].host_pid.load(), 0u) << "the forged host PID is not kept";
+  const auto m = daemon.metrics();
+  ASSERT_EQ(m.tenants.size(), 1u);
+  EXPECT_EQ(m.tenants[0].processes, 0u);
+}
+
+TEST_F(DaemonTick, AZeroedLedgerIsRepairedFromTheLiveSlots) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 100, shm::ComputeMode::kBurst);
+  auto& usage = a.usage.mutable_region();
+  auto self = shm::self_identity();
+  auto slot = shm::claim_slot(usage, *self, 1);
+  ASSERT_TRUE(slot.has_value());
+  ASSERT_TRUE(shm::QuotaLedger(usage).try_reserve(0, usage.slots[*slot], 3ull << 30, 4ull << 30));
+  usage.gpus[0].used_bytes.store(0);  // the tenant zeroes its ledger
+  std::uint64_t now = monotonic_ns();
+  for (int i = 0; i < 10; ++i) daemon.tick(now += 150 * kMs);  // a few housekeeping passes
+  EXPECT_EQ(usage.gpus[0].used_bytes.load(), 3ull << 30);
+  // Released afterwards, it comes back to zero instead of wrapping.
+  shm::QuotaLedger(usage).release(0, usage.slots[*slot], 3ull << 30);
+  EXPECT_EQ(usage.gpus[0].used_bytes.load(), 0u);
+}
+
+// The allocation's processes can resize, truncate or replace their usage file
+// under the daemon: the daemon keeps running, keeps the allocation (its
+// limits), gives it no GPU time while the file is not valid, and takes the
+// file back when it is.
+TEST_F(DaemonTick, AResizedOrReplacedUsageFileNeitherCrashesNorFreesTheAllocation) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 30, shm::ComputeMode::kBurst);
+  auto self = shm::self_identity();
+  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+  a.usage.mutable_region().gpus[0].demand.store(1);
+  std::uint64_t now = monotonic_ns();
+  daemon.tick(now);
+  daemon.tick(now += kMs);
+  ASSERT_EQ(a.limits.region().gpus[0].lease_holder.load(), 1u);
+  const fs::path usage = root_ / "alloc" / "a" / "usage";
+  const auto size = fs::file_size(usage);
+  for (int round = 0; round < 20; ++round) {
+    fs::resize_file(usage, round % 2 ? size + 1 : size / 2);
+    daemon.tick(now += 20 * kMs);
+    EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u) << round;
+    EXPECT_EQ(daemon.metrics().allocations, 1u);
+  }
+  // Replaced by a symbolic link to a valid region elsewhere: not followed.
+  fs::remove(usage);
+  { shm::UsageMapping::create(root_ / "elsewhere", {.alloc_id = "x"}); }
+  fs::create_symlink(root_ / "elsewhere", usage);
+  for (int i = 0; i < 5; ++i) daemon.tick(now += 20 * kMs);
+  EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u);
+  // A valid file again (the mapping in this test is of the old inode: a new
+  // process would map the new one).
+  fs::remove(usage);
+  auto fresh = shm::UsageMapping::create(usage, {.alloc_id = "a"},
+                                         [](shm::UsageRegion& r) { r.gpu_count.store(1); });
+  ASSERT_TRUE(shm::claim_slot(fresh.mutable_region(), *self, 1).has_value());
+  fresh.mutable_region().gpus[0].demand.store(1);
+  for (int i = 0; i < 5; ++i) daemon.tick(now += 20 * kMs);
+  EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 1u);
+}
+
 }  // namespace
 }  // namespace cushare::sched

@@ -165,7 +165,55 @@ TEST(ShmRegionFile, NotARegularFile) {
   TempDir dir;
   std::filesystem::create_directory(dir / "usage");
   auto e = catch_region_error([&] { UsageMapping::open(dir / "usage", Access::kReadOnly); });
-  EXPECT_EQ(e.code(), RegionErrorCode::kIo);
+  EXPECT_EQ(e.code(), RegionErrorCode::kNotRegular);
+}
+
+// A tenant controls its folder: a symbolic link in place of a region file is
+// never followed, whether it points at a valid region or not.
+TEST(ShmRegionFile, SymbolicLinksAreNeverFollowed) {
+  TempDir dir;
+  { UsageMapping::create(dir / "other", {"b"}); }
+  std::filesystem::create_symlink(dir / "other", dir / "usage");
+  for (Access access : {Access::kReadOnly, Access::kReadWrite}) {
+    auto e = catch_region_error([&] { UsageMapping::open(dir / "usage", access); });
+    EXPECT_EQ(e.code(), RegionErrorCode::kNotRegular) << e.what();
+    EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+  }
+  auto e = catch_region_error([&] { UsageMapping::open_or_create(dir / "usage", {"a"}); });
+  EXPECT_EQ(e.code(), RegionErrorCode::kNotRegular) << e.what();
+  // A dangling link is not created through either.
+  std::filesystem::create_symlink(dir / "nowhere", dir / "limits");
+  auto c = catch_region_error([&] { LimitsMapping::create(dir / "limits", {"a"}); });
+  EXPECT_EQ(c.code(), RegionErrorCode::kExists);
+  EXPECT_FALSE(std::filesystem::exists(dir / "nowhere"));
+}
+
+// A FIFO in place of a region file is refused at once: opening it must not
+// wait for a writer (that hung cusharectl).
+TEST(ShmRegionFile, AFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "usage").c_str(), 0666), 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (Access access : {Access::kReadOnly, Access::kReadWrite}) {
+    auto e = catch_region_error([&] { UsageMapping::open(dir / "usage", access); });
+    EXPECT_EQ(e.code(), RegionErrorCode::kNotRegular) << e.what();
+    EXPECT_NE(std::string(e.what()).find("FIFO"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(ShmRegionFile, StillAtTellsAReplacedFileApart) {
+  TempDir dir;
+  auto mapping = UsageMapping::create(dir / "usage", {"a"});
+  EXPECT_TRUE(mapping.still_at(dir / "usage"));
+  EXPECT_EQ(mapping.file().uid, ::getuid());
+  std::filesystem::rename(dir / "usage", dir / "moved");
+  { UsageMapping::create(dir / "usage", {"a"}); }
+  EXPECT_FALSE(mapping.still_at(dir / "usage"));
+  EXPECT_TRUE(mapping.still_at(dir / "moved"));
+  std::filesystem::remove(dir / "usage");
+  std::filesystem::create_symlink(dir / "moved", dir / "usage");
+  EXPECT_FALSE(mapping.still_at(dir / "usage"));
 }
 
 TEST(ShmRegionFile, MappingsAreMovable) {

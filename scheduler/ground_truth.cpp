@@ -1,0 +1,58 @@
+#include "scheduler/ground_truth.hpp"
+
+#include <algorithm>
+
+namespace cushare::sched {
+
+std::optional<OverQuotaAction> parse_over_quota_action(std::string_view text) {
+  if (text == "kill") return OverQuotaAction::kKill;
+  if (text == "log") return OverQuotaAction::kLog;
+  return std::nullopt;
+}
+
+const char* to_string(OverQuotaAction action) {
+  return action == OverQuotaAction::kKill ? "kill" : "log";
+}
+
+bool MemoryWatch::observe(std::uint64_t used, std::uint64_t limit, std::uint64_t now) {
+  if (used <= limit) {
+    since_.reset();
+    return false;
+  }
+  if (!since_) since_ = now;
+  if (now - *since_ < grace_ns_) return false;
+  since_ = now;
+  return true;
+}
+
+BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::uint64_t charged_ns,
+                                          std::uint64_t window_ns) {
+  Verdict v;
+  const auto excess = static_cast<std::int64_t>(truth_ns) - static_cast<std::int64_t>(charged_ns);
+  balance_ = std::max<std::int64_t>(balance_ + excess, -static_cast<std::int64_t>(kBankNs));
+  if (balance_ > 0) {
+    v.charge_ns = static_cast<std::uint64_t>(balance_);
+    balance_ = 0;
+  }
+  const std::uint64_t margin = std::max(kUnleasedFloorNs, window_ns / 4);
+  const bool unleased_window = truth_ns > charged_ns && truth_ns - charged_ns > margin;
+  unleased_windows_ = unleased_window ? unleased_windows_ + 1 : 0;
+  if (unleased_windows_ >= kUnleasedWindows) {
+    v.unleased = true;
+    unleased_windows_ = 0;
+  }
+  return v;
+}
+
+std::optional<std::uint32_t> youngest_user(std::span<const ProcessUse> processes) {
+  const ProcessUse* best = nullptr;
+  for (const auto& p : processes) {
+    if (p.amount == 0) continue;
+    if (!best || p.start_time > best->start_time ||
+        (p.start_time == best->start_time && p.host_pid > best->host_pid))
+      best = &p;
+  }
+  return best ? std::optional<std::uint32_t>(best->host_pid) : std::nullopt;
+}
+
+}  // namespace cushare::sched

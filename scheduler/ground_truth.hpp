@@ -1,0 +1,74 @@
+// The daemon's backstop: what the device itself says (NVML per-process memory
+// and utilisation) judged against the quota and the leases. A tenant's native
+// code can always reach the real driver past the shim, and a tenant writes its
+// own usage region; neither changes what NVML reports. Pure policy, clock
+// injected; the daemon feeds it and carries out what it decides.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace cushare::sched {
+
+enum class OverQuotaAction { kKill, kLog };
+
+std::optional<OverQuotaAction> parse_over_quota_action(std::string_view text);
+const char* to_string(OverQuotaAction action);
+
+// Memory of one allocation entry: above its quota by ground truth for longer
+// than the grace calls for action. After an action the next one waits a whole
+// grace again (NVML needs a moment to see the memory of a killed process go).
+class MemoryWatch {
+ public:
+  explicit MemoryWatch(std::uint64_t grace_ns) : grace_ns_(grace_ns) {}
+  // True when action is due now.
+  bool observe(std::uint64_t used, std::uint64_t limit, std::uint64_t now);
+  bool over() const { return since_.has_value(); }
+
+ private:
+  std::uint64_t grace_ns_;
+  std::optional<std::uint64_t> since_;
+};
+
+// GPU time of one tenant: ground truth against what the scheduler charged.
+// Leases are charged as wall time, so an honest tenant's charge is at least
+// what it used; what ground truth shows beyond the charge was taken without a
+// lease (work after a forged drain mark, launches past the shim).
+class BusyBalance {
+ public:
+  struct Verdict {
+    std::uint64_t charge_ns = 0;  // to charge on top (LeaseScheduler::charge_unleased)
+    bool unleased = false;        // running without leases for kUnleasedWindows windows
+  };
+  // A charge that ran ahead of ground truth (attribution lags the work by up
+  // to the drain bound, NVML samples are coarse) offsets later usage up to
+  // this much; more is not banked.
+  static constexpr std::uint64_t kBankNs = 100'000'000;
+  // A window counts as unleased when ground truth exceeds the charge by more
+  // than max(kUnleasedFloorNs, window / 4); action takes that many in a row.
+  static constexpr std::uint64_t kUnleasedFloorNs = 100'000'000;
+  static constexpr int kUnleasedWindows = 3;
+
+  // `truth_ns`: the tenant's processes' GPU time in the window by NVML;
+  // `charged_ns`: what the scheduler attributed to it over the same window.
+  Verdict observe(std::uint64_t truth_ns, std::uint64_t charged_ns, std::uint64_t window_ns);
+
+ private:
+  std::int64_t balance_ = 0;  // truth minus charge, carried; >= -kBankNs
+  int unleased_windows_ = 0;
+};
+
+// One process an action may fall on.
+struct ProcessUse {
+  std::uint32_t host_pid = 0;
+  std::uint64_t start_time = 0;  // clock ticks after boot
+  std::uint64_t amount = 0;      // bytes or busy ns on the GPUs concerned
+};
+
+// The youngest process that uses any of it (the last one started is the one
+// that pushed the allocation over), or nullopt.
+std::optional<std::uint32_t> youngest_user(std::span<const ProcessUse> processes);
+
+}  // namespace cushare::sched

@@ -1,0 +1,246 @@
+// The daemon's defences against what tenants write: process verification, the
+// ledger check and the ground-truth policy (pure parts, fakes for /proc).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "scheduler/ground_truth.hpp"
+#include "scheduler/ledger_check.hpp"
+#include "scheduler/process_verifier.hpp"
+#include "shm/process_slots.hpp"
+#include "shm/quota_ledger.hpp"
+
+namespace cushare::sched {
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+
+// ---------------------------------------------------------------- maps ----
+
+TEST(MapsInode, FindsTheInodeWhateverTheDeviceColumnSays) {
+  const std::string maps =
+      "55d0c0a00000-55d0c0a02000 r--p 00000000 fe:00 131 /usr/bin/true\n"
+      "7f00aa000000-7f00aa100000 rw-s 00000000 00:2d 4242 /var/run/cushare/usage\n"
+      "7ffd6a1d1000-7ffd6a1f2000 rw-p 00000000 00:00 0 [stack]\n";
+  EXPECT_TRUE(maps_inode(maps, 4242));
+  EXPECT_TRUE(maps_inode(maps, 131));
+  EXPECT_FALSE(maps_inode(maps, 424));
+  EXPECT_FALSE(maps_inode(maps, 42420));
+  EXPECT_FALSE(maps_inode("", 4242));
+  EXPECT_FALSE(maps_inode("garbage without fields\n\n 1 2 3", 4242));
+  // A path that merely contains the number is not a match.
+  EXPECT_FALSE(maps_inode("7f-7f rw-s 0 00:2d 7 /tmp/4242\n", 4242));
+}
+
+// ---------------------------------------------------------- verification ----
+
+struct FakeHost : AllocationProcesses::Host {
+  HostPidTable t;
+  int scans = 0;
+  std::map<std::uint32_t, shm::ProcStat> procs;
+  std::map<std::uint32_t, std::optional<bool>> maps;
+  const HostPidTable& table() override {
+    ++scans;
+    return t;
+  }
+  std::optional<shm::ProcStat> stat(std::uint32_t pid) override {
+    auto it = procs.find(pid);
+    if (it == procs.end()) return std::nullopt;
+    return it->second;
+  }
+  std::optional<bool> maps_file(std::uint32_t pid, std::uint64_t, std::uint64_t) override {
+    auto it = maps.find(pid);
+    return it == maps.end() ? std::optional<bool>(false) : it->second;
+  }
+  // A host process: pid `host` is `ns_pid` in namespace `ns`, started at `start`.
+  void process(std::uint32_t host, std::uint64_t ns, std::uint32_t ns_pid, std::uint64_t start,
+               bool maps_usage = true) {
+    t.add({ns, ns_pid, start}, host);
+    procs[host] = shm::ProcStat{'S', start};
+    maps[host] = maps_usage;
+  }
+};
+
+class Verification : public ::testing::Test {
+ protected:
+  void SetUp() override { usage_ = std::make_unique<shm::UsageRegion>(); }
+  unsigned slot(std::uint64_t ns, std::uint32_t pid, std::uint64_t start) {
+    shm::ProcessIdentity id{.pid = pid, .pidns_inode = ns, .start_time = start};
+    auto s = shm::claim_slot(*usage_, id, 1);
+    EXPECT_TRUE(s.has_value());
+    return *s;
+  }
+  std::unique_ptr<shm::UsageRegion> usage_;
+  FakeHost host_;
+  AllocationProcesses procs_;
+};
+
+TEST_F(Verification, ASlotCountsOnlyOnceItsProcessIsFoundMappingTheUsageFile) {
+  host_.process(5001, 77, 10, 1000);
+  const unsigned s = slot(77, 10, 1000);
+  auto verdicts = procs_.refresh(*usage_, 1, 2, host_, 0);
+  EXPECT_TRUE(verdicts.empty());
+  ASSERT_EQ(procs_.live(), 1u);
+  EXPECT_EQ(procs_.verified().at(s).host_pid, 5001u);
+  EXPECT_EQ(usage_->slots[s].host_pid.load(), 5001u);
+}
+
+TEST_F(Verification, AForgedHostPidIsOverwrittenAndNeverTrusted) {
+  const unsigned s = slot(77, 10, 1000);
+  usage_->slots[s].host_pid.store(1);  // init: alive, but not this process
+  host_.process(1, 1, 1, 1, /*maps_usage=*/false);
+  auto verdicts = procs_.refresh(*usage_, 1, 2, host_, 0);
+  EXPECT_EQ(procs_.live(), 0u);
+  EXPECT_EQ(usage_->slots[s].host_pid.load(), 0u);
+  EXPECT_EQ(verdicts.at(s), SlotVerdict::kUnverified);
+}
+
+TEST_F(Verification, ABorrowedIdentityOfAProcessThatDoesNotMapTheFileIsNotLive) {
+  host_.process(6000, 88, 3, 500, /*maps_usage=*/false);  // another container's process
+  const unsigned s = slot(88, 3, 500);
+  auto verdicts = procs_.refresh(*usage_, 1, 2, host_, 0);
+  EXPECT_EQ(procs_.live(), 0u);
+  EXPECT_EQ(verdicts.at(s), SlotVerdict::kUnverified);
+}
+
+TEST_F(Verification, ASlotOfAVisibleNamespaceWithoutItsProcessIsDead) {
+  host_.process(5001, 77, 10, 1000);
+  const unsigned s = slot(77, 11, 1000);  // pid 11 of namespace 77 does not exist
+  auto verdicts = procs_.refresh(*usage_, 1, 2, host_, 0);
+  EXPECT_EQ(verdicts.at(s), SlotVerdict::kDead);
+}
+
+TEST_F(Verification, UnjudgedSlotsAreRetriedAtMostOncePerSecond) {
+  for (std::uint32_t pid = 1; pid <= 50; ++pid) slot(999, pid, 1);  // an unseen namespace
+  procs_.refresh(*usage_, 1, 2, host_, 0);
+  const int after_first = host_.scans;
+  EXPECT_GE(after_first, 1);
+  for (std::uint64_t t = 1; t < 10; ++t) procs_.refresh(*usage_, 1, 2, host_, t * 100 * kMs);
+  EXPECT_EQ(host_.scans, after_first);
+  procs_.refresh(*usage_, 1, 2, host_, AllocationProcesses::kRetryNs + 1);
+  EXPECT_GT(host_.scans, after_first);
+}
+
+TEST_F(Verification, AVerifiedProcessIsDroppedWhenItDiesOrItsSlotChangesOwner) {
+  host_.process(5001, 77, 10, 1000);
+  host_.process(5002, 77, 12, 1200);
+  const unsigned a = slot(77, 10, 1000);
+  const unsigned b = slot(77, 12, 1200);
+  procs_.refresh(*usage_, 1, 2, host_, 0);
+  ASSERT_EQ(procs_.live(), 2u);
+  host_.procs.erase(5001);                  // died
+  usage_->slots[b].start_time.store(1201);  // the tenant rewrites the identity
+  procs_.refresh(*usage_, 1, 2, host_, 100 * kMs);
+  EXPECT_FALSE(procs_.verified().contains(a));
+  EXPECT_FALSE(procs_.verified().contains(b));
+}
+
+// ---------------------------------------------------------------- ledger ----
+
+TEST(LedgerCheck, RepairsADifferenceThatStaysAndOnlyThat) {
+  LedgerCheck c;
+  // Transient differences (a reservation between its two steps) come and go.
+  EXPECT_FALSE(c.correction(100, 90));
+  EXPECT_FALSE(c.correction(100, 100));
+  EXPECT_FALSE(c.correction(100, 90));
+  EXPECT_FALSE(c.correction(110, 90));
+  // A zeroed ledger while 3 GiB are held: repaired on the third pass.
+  EXPECT_FALSE(c.correction(0, 3ull << 30));
+  EXPECT_FALSE(c.correction(0, 3ull << 30));
+  auto fix = c.correction(0, 3ull << 30);
+  ASSERT_TRUE(fix);
+  EXPECT_EQ(*fix, 3ull << 30);
+  // After the repair the count starts again.
+  EXPECT_FALSE(c.correction(3ull << 30, 3ull << 30));
+}
+
+TEST(LedgerCheck, AWrappedLedgerIsBroughtBackByAdding) {
+  LedgerCheck c;
+  const std::uint64_t wrapped = 0ull - (1ull << 30);  // 2^64 - 1 GiB
+  std::optional<std::uint64_t> fix;
+  for (int i = 0; i < LedgerCheck::kStablePasses; ++i) fix = c.correction(wrapped, 0);
+  ASSERT_TRUE(fix);
+  EXPECT_EQ(wrapped + *fix, 0u);
+}
+
+TEST(LedgerCheck, SlotTotalSumsActiveSlotsOnly) {
+  auto usage = std::make_unique<shm::UsageRegion>();
+  shm::ProcessIdentity id{.pid = 1, .pidns_inode = 1, .start_time = 1};
+  auto s = shm::claim_slot(*usage, id, 1);
+  ASSERT_TRUE(s);
+  shm::QuotaLedger ledger(*usage);
+  ASSERT_TRUE(ledger.try_reserve(0, usage->slots[*s], 1000, 1ull << 40));
+  ledger.charge_overhead(0, usage->slots[*s], 300);
+  usage->slots[7].bytes[0].store(5555);  // a free slot's leftovers are not counted
+  EXPECT_EQ(slot_total(*usage, 0), 1300u);
+  EXPECT_EQ(slot_total(*usage, 1), 0u);
+}
+
+// ---------------------------------------------------------- ground truth ----
+
+TEST(MemoryWatch, ActsAfterTheGraceAndThenWaitsAWholeGraceAgain) {
+  MemoryWatch w(2000 * kMs);
+  EXPECT_FALSE(w.observe(10, 20, 0));
+  EXPECT_FALSE(w.over());
+  EXPECT_FALSE(w.observe(30, 20, 100 * kMs));
+  EXPECT_TRUE(w.over());
+  EXPECT_FALSE(w.observe(30, 20, 2000 * kMs));
+  EXPECT_TRUE(w.observe(30, 20, 2100 * kMs));
+  EXPECT_FALSE(w.observe(30, 20, 3000 * kMs));
+  EXPECT_TRUE(w.observe(30, 20, 4100 * kMs));
+  // Back under the quota: the clock starts over.
+  EXPECT_FALSE(w.observe(20, 20, 4200 * kMs));
+  EXPECT_FALSE(w.observe(30, 20, 4300 * kMs));
+  EXPECT_FALSE(w.observe(30, 20, 6200 * kMs));
+  EXPECT_TRUE(w.observe(30, 20, 6300 * kMs));
+  // Unlimited is never over.
+  MemoryWatch u(0);
+  EXPECT_FALSE(u.observe(~0ull - 1, ~0ull, 1));
+}
+
+TEST(BusyBalance, AnHonestTenantIsNeverChargedExtraNorFlagged) {
+  BusyBalance b;
+  for (int i = 0; i < 100; ++i) {
+    // Leases charge wall time: the charge is at least the work.
+    const auto v = b.observe(400 * kMs, 450 * kMs, 500 * kMs);
+    EXPECT_EQ(v.charge_ns, 0u);
+    EXPECT_FALSE(v.unleased);
+  }
+}
+
+TEST(BusyBalance, AttributionLagWithinTheBankIsNotCharged) {
+  BusyBalance b;
+  // The charge runs ahead by 80 ms, then the work catches up.
+  EXPECT_EQ(b.observe(420 * kMs, 500 * kMs, 500 * kMs).charge_ns, 0u);
+  EXPECT_EQ(b.observe(500 * kMs, 420 * kMs, 500 * kMs).charge_ns, 0u);
+}
+
+TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagged) {
+  BusyBalance b;
+  // A tenant that forged its drain marks: 100 ms a window more than charged.
+  auto v = b.observe(350 * kMs, 250 * kMs, 500 * kMs);
+  EXPECT_EQ(v.charge_ns, 100 * kMs);
+  EXPECT_FALSE(v.unleased);  // within the margin (max(100 ms, window / 4) = 125 ms)
+  // A bypass: 480 ms of GPU time in 500 ms, no lease at all.
+  int flagged_at = 0;
+  for (int i = 1; i <= BusyBalance::kUnleasedWindows; ++i) {
+    v = b.observe(480 * kMs, 0, 500 * kMs);
+    EXPECT_EQ(v.charge_ns, 480 * kMs);
+    if (v.unleased && !flagged_at) flagged_at = i;
+  }
+  EXPECT_EQ(flagged_at, BusyBalance::kUnleasedWindows);
+}
+
+TEST(YoungestUser, PicksTheLastStartedProcessThatUsesAny) {
+  std::vector<ProcessUse> p = {{10, 100, 5}, {11, 300, 0}, {12, 200, 7}};
+  EXPECT_EQ(youngest_user(p), 12u);
+  p[1].amount = 1;
+  EXPECT_EQ(youngest_user(p), 11u);
+  EXPECT_FALSE(youngest_user(std::vector<ProcessUse>{{1, 1, 0}}));
+  EXPECT_EQ(parse_over_quota_action("kill"), OverQuotaAction::kKill);
+  EXPECT_EQ(parse_over_quota_action("log"), OverQuotaAction::kLog);
+  EXPECT_FALSE(parse_over_quota_action("Kill"));
+}
+
+}  // namespace
+}  // namespace cushare::sched

@@ -9,6 +9,7 @@
 
 #include <climits>
 #include <csignal>
+#include <set>
 #include <cstring>
 
 #include "scheduler/host_pids.hpp"
@@ -283,23 +284,20 @@ void Daemon::ground_truth(std::uint64_t now) {
   if (!nvml_.available()) return;
   const std::uint64_t window = last_truth_ns_ ? now - last_truth_ns_ : 0;
   last_truth_ns_ = now;
-  struct Gpu {
-    std::string uuid;
-    std::map<std::uint32_t, std::uint64_t> memory, busy;
-    bool memory_ok = false, busy_ok = false;
-  };
-  std::vector<Gpu> gpus;
+  std::vector<GpuProcesses> gpus;
   for (auto& uuid : nvml_.gpu_uuids()) {
-    Gpu g{.uuid = uuid};
+    GpuProcesses g{.uuid = uuid};
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
     if (auto b = nvml_.process_busy(uuid)) g.busy = std::move(*b), g.busy_ok = true;
     gpus.push_back(std::move(g));
   }
+  const auto unslotted = unslotted_processes(gpus);
   for (auto& [alloc_id, a] : registry_.allocations()) {
     shm::UsageRegion* usage = a->usage_region();
     if (!usage) continue;
     AllocationState& st = states_[alloc_id];
     const shm::LimitsRegion& limits = a->limits.region();
+    const auto own_unslotted = unslotted.find(alloc_id);
     // Per limits entry: ground truth of the whole allocation and of each process.
     struct Entry {
       std::uint64_t memory = 0, busy = 0;
@@ -322,6 +320,19 @@ void Daemon::ground_truth(std::uint64_t now) {
         entry.memory += bytes;
         entry.busy += busy;
         entry.slot_memory[slot] += bytes;
+        entry.memory_users.push_back({p.host_pid, p.start_time, bytes});
+        entry.busy_users.push_back({p.host_pid, p.start_time, busy});
+      }
+      // Processes of its container that never registered (they bypass the
+      // shim from their first instruction) count too.
+      if (own_unslotted == unslotted.end()) continue;
+      for (const auto& p : own_unslotted->second) {
+        auto m = gpu.memory.find(p.host_pid);
+        auto b = gpu.busy.find(p.host_pid);
+        const std::uint64_t bytes = m == gpu.memory.end() ? 0 : m->second;
+        const std::uint64_t busy = b == gpu.busy.end() ? 0 : b->second;
+        entry.memory += bytes;
+        entry.busy += busy;
         entry.memory_users.push_back({p.host_pid, p.start_time, bytes});
         entry.busy_users.push_back({p.host_pid, p.start_time, busy});
       }
@@ -382,23 +393,58 @@ void Daemon::ground_truth(std::uint64_t now) {
   }
 }
 
-void Daemon::kill_process(Allocation& a, unsigned entry, std::uint32_t host_pid,
+// GPU processes (by NVML) without a verified slot, attributed to the
+// allocation whose verified processes share their PID namespace: a container's
+// process that never loaded the shim (a private loader, a static binary) still
+// belongs to its container. Only container namespaces are used: every process
+// of the daemon's own namespace would otherwise be attributed to whichever
+// allocation runs there, and a namespace shared by processes of several
+// allocations attributes nothing.
+std::map<std::string, std::vector<VerifiedProcess>> Daemon::unslotted_processes(
+    const std::vector<GpuProcesses>& gpus) {
+  std::map<std::uint64_t, std::string> owner;  // pidns inode -> allocation ("" = several)
+  std::set<std::uint32_t> verified;
+  const auto own_ns = shm::read_pidns_inode(getpid(), config_.proc_root);
+  for (const auto& [alloc_id, st] : states_) {
+    for (const auto& [slot, p] : st.processes.verified()) {
+      verified.insert(p.host_pid);
+      const std::uint64_t ns = p.identity.pidns_inode;
+      if (own_ns && ns == *own_ns) continue;
+      auto [it, added] = owner.try_emplace(ns, alloc_id);
+      if (!added && it->second != alloc_id) it->second.clear();
+    }
+  }
+  std::map<std::string, std::vector<VerifiedProcess>> out;
+  std::set<std::uint32_t> seen;
+  for (const auto& gpu : gpus) {
+    for (const auto* table : {&gpu.memory, &gpu.busy}) {
+      for (const auto& [pid, amount] : *table) {
+        if (verified.contains(pid) || !seen.insert(pid).second) continue;
+        const auto ns = shm::read_pidns_inode(static_cast<pid_t>(pid), config_.proc_root);
+        const auto stat = shm::read_proc_stat(static_cast<pid_t>(pid), config_.proc_root);
+        if (!ns || !stat) continue;
+        auto it = owner.find(*ns);
+        if (it == owner.end() || it->second.empty()) continue;
+        out[it->second].push_back(VerifiedProcess{pid, stat->start_time, {}});
+      }
+    }
+  }
+  return out;
+}
+
+void Daemon::kill_process(Allocation& a, unsigned entry, const ProcessUse& victim,
                           const std::string& why) {
+  const std::uint32_t host_pid = victim.host_pid;
+  const std::uint64_t start_time = victim.start_time;
   if (config_.over_quota == OverQuotaAction::kLog) {
     spdlog::error("allocation {} gpu {}: {}; pid {} left running (--over-quota=log)", a.id, entry,
                   why, host_pid);
     return;
   }
-  // The verified record is at most a housekeeping pass old: make sure the PID
-  // still is that process before the signal.
-  const AllocationState& st = states_[a.id];
-  bool same = false;
-  for (const auto& [slot, p] : st.processes.verified()) {
-    if (p.host_pid != host_pid) continue;
-    const auto now_stat = shm::read_proc_stat(static_cast<pid_t>(host_pid), config_.proc_root);
-    same = now_stat && now_stat->start_time == p.start_time;
-  }
-  if (!same) return;
+  // The record is at most a pass old: make sure the PID still is that
+  // process before the signal.
+  const auto now_stat = shm::read_proc_stat(static_cast<pid_t>(host_pid), config_.proc_root);
+  if (!now_stat || now_stat->start_time != start_time) return;
   if (::kill(static_cast<pid_t>(host_pid), SIGKILL) != 0) {
     spdlog::error("allocation {} gpu {}: {}; cannot kill pid {}: {}", a.id, entry, why, host_pid,
                   std::strerror(errno));

@@ -86,7 +86,14 @@ class Daemon {
   void housekeeping(std::uint64_t now);
   void repair_ledgers(Allocation& a, AllocationState& st);
   void ground_truth(std::uint64_t now);
-  void kill_process(Allocation& a, unsigned entry, std::uint32_t host_pid, const std::string& why);
+  struct GpuProcesses {  // what NVML says of one GPU's processes
+    std::string uuid;
+    std::map<std::uint32_t, std::uint64_t> memory, busy;  // host PID -> bytes / ns
+    bool memory_ok = false, busy_ok = false;
+  };
+  std::map<std::string, std::vector<VerifiedProcess>> unslotted_processes(
+      const std::vector<GpuProcesses>& gpus);
+  void kill_process(Allocation& a, unsigned entry, const ProcessUse& victim, const std::string& why);
   void publish_lease(const std::string& uuid, const LeaseDecision& d);
   void publish_figures(std::uint64_t now);
   void heartbeat(std::uint64_t now);

@@ -18,6 +18,11 @@ std::uint64_t ms_to_ns(double ms, const char* what) {
   return static_cast<std::uint64_t>(ms * 1e6);
 }
 
+OverQuotaAction over_quota_action(const std::string& text, const char* what) {
+  if (auto a = parse_over_quota_action(text)) return *a;
+  throw std::runtime_error(std::string(what) + " must be kill or log, got '" + text + "'");
+}
+
 }  // namespace
 
 void apply_config_json(const std::string& text, DaemonOptions& opts) {
@@ -42,6 +47,11 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
       sc.drain_bound_ns = ms_to_ns(number(), "drain_bound_ms");
     } else if (key == "cap_bank_ms") {
       sc.cap_bank_ns = ms_to_ns(number(), "cap_bank_ms");
+    } else if (key == "over_quota_grace_ms") {
+      opts.daemon.over_quota_grace_ns = ms_to_ns(number(), "over_quota_grace_ms");
+    } else if (key == "over_quota") {
+      if (!value.is_string()) throw std::runtime_error("config key 'over_quota' must be a string");
+      opts.daemon.over_quota = over_quota_action(value.get<std::string>(), "over_quota");
     } else if (key == "metrics_addr" || key == "log_level" || key == "run_dir") {
       if (!value.is_string()) throw std::runtime_error("config key '" + key + "' must be a string");
       if (key == "metrics_addr") opts.metrics_addr = value.get<std::string>();
@@ -92,6 +102,14 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
   app.add_option("--metrics-addr", metrics_addr, "Serve Prometheus metrics on HOST:PORT");
   app.add_option("--config", config_file, "JSON config file (flags override it)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::string over_quota;
+  std::optional<double> over_quota_grace_ms;
+  app.add_option("--over-quota", over_quota,
+                 "kill (default) or log: what happens to an allocation that ground truth (NVML) "
+                 "shows above its memory quota past the grace, or running kernels without leases");
+  app.add_option("--over-quota-grace-ms", over_quota_grace_ms,
+                 "how long ground truth may show an allocation above its memory quota (default "
+                 "2000)");
   try {
     app.parse(argc, argv);
     if (!config_file.empty()) {
@@ -105,6 +123,9 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
     if (quantum_ms) opts.daemon.scheduler.quantum_ns = ms_to_ns(*quantum_ms, "--quantum-ms");
     if (!metrics_addr.empty()) opts.metrics_addr = metrics_addr;
     if (!log_level.empty()) opts.log_level = log_level;
+    if (!over_quota.empty()) opts.daemon.over_quota = over_quota_action(over_quota, "--over-quota");
+    if (over_quota_grace_ms)
+      opts.daemon.over_quota_grace_ns = ms_to_ns(*over_quota_grace_ms, "--over-quota-grace-ms");
     if (!opts.metrics_addr.empty()) split_host_port(opts.metrics_addr);
     auto& sc = opts.daemon.scheduler;
     sc.extend_margin_ns = std::min(sc.extend_margin_ns, sc.quantum_ns / 2);

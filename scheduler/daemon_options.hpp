@@ -21,7 +21,8 @@ struct DaemonOptions {
 std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& exit_code);
 
 // Applies a JSON config text: {"quantum_ms": 10, "metrics_addr": "127.0.0.1:9400",
-// "idle_grace_ms": 2, "drain_bound_ms": 100, "cap_bank_ms": 30, "log_level": "info"}.
+// "idle_grace_ms": 2, "drain_bound_ms": 100, "cap_bank_ms": 30, "log_level": "info",
+// "over_quota": "kill", "over_quota_grace_ms": 2000}.
 // Throws std::runtime_error naming the bad key.
 void apply_config_json(const std::string& text, DaemonOptions& opts);
 

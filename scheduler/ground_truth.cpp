@@ -44,7 +44,7 @@ BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::uint64_t 
   return v;
 }
 
-std::optional<std::uint32_t> youngest_user(std::span<const ProcessUse> processes) {
+std::optional<ProcessUse> youngest_user(std::span<const ProcessUse> processes) {
   const ProcessUse* best = nullptr;
   for (const auto& p : processes) {
     if (p.amount == 0) continue;
@@ -52,7 +52,7 @@ std::optional<std::uint32_t> youngest_user(std::span<const ProcessUse> processes
         (p.start_time == best->start_time && p.host_pid > best->host_pid))
       best = &p;
   }
-  return best ? std::optional<std::uint32_t>(best->host_pid) : std::nullopt;
+  return best ? std::optional<ProcessUse>(*best) : std::nullopt;
 }
 
 }  // namespace cushare::sched

@@ -69,6 +69,6 @@ struct ProcessUse {
 
 // The youngest process that uses any of it (the last one started is the one
 // that pushed the allocation over), or nullopt.
-std::optional<std::uint32_t> youngest_user(std::span<const ProcessUse> processes);
+std::optional<ProcessUse> youngest_user(std::span<const ProcessUse> processes);
 
 }  // namespace cushare::sched

@@ -250,7 +250,8 @@ std::optional<fs::path> allocation_dir(const ShimEnv& env,
             "'{}', which no environment variable can disable",
             managed->alloc_id);
       const char* dir = std::getenv("CUSHARE_RUN_DIR");
-      if (dir && fs::path(dir).lexically_normal() != fs::path(managed->run_dir).lexically_normal())
+      std::error_code ec;
+      if (dir && !fs::equivalent(dir, managed->run_dir, ec))
         log().warn(
             "CUSHARE_RUN_DIR={} is ignored: this process belongs to the managed allocation "
             "in {}",

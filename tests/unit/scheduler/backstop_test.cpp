@@ -233,9 +233,9 @@ TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagg
 
 TEST(YoungestUser, PicksTheLastStartedProcessThatUsesAny) {
   std::vector<ProcessUse> p = {{10, 100, 5}, {11, 300, 0}, {12, 200, 7}};
-  EXPECT_EQ(youngest_user(p), 12u);
+  EXPECT_EQ(youngest_user(p)->host_pid, 12u);
   p[1].amount = 1;
-  EXPECT_EQ(youngest_user(p), 11u);
+  EXPECT_EQ(youngest_user(p)->host_pid, 11u);
   EXPECT_FALSE(youngest_user(std::vector<ProcessUse>{{1, 1, 0}}));
   EXPECT_EQ(parse_over_quota_action("kill"), OverQuotaAction::kKill);
   EXPECT_EQ(parse_over_quota_action("log"), OverQuotaAction::kLog);

@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+"""ctest security.*: a tenant cannot escape, forge or crash.
+
+Each case is one attack from docs/security.md, run the way a tenant would run
+it: in a container of a managed allocation (`cusharectl create`, mounted as a
+container runtime mounts it, see tests/lib/cushare_test.py), as a non-root
+user or as container root, on fakegpu. Every case asserts the safe outcome
+against ground truth (fakegpu-stat), not against what cushare reports.
+
+Usage: attacks.py CASE --build-dir BUILD
+"""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
+from cushare_test import GI, MI, check  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OVERHEAD = 300 * MI
+
+# shm/layout.hpp offsets (usage region).
+USAGE_GPUS_AT = 256
+GPU_ENTRY = 128
+USED_BYTES = 0
+DEMAND = 8
+DRAINED_NS = 24
+BUSY_PROCESSES = 96
+
+
+def alloc_probe(b):
+    return b.sample("alloc_probe")
+
+
+def memory_case(c, node, extra, quota):
+    """alloc_probe in container `c` with environment `extra`: held to `quota`
+    by ground truth."""
+    with ct.Sampler(node) as s:
+        rc, out, err = c.run([alloc_probe(node.b), "--step", "256Mi", "--hold-seconds", "0.3"], extra)
+    r = ct.last_json(out)
+    check(rc == 0 and r, f"alloc_probe {extra} exited {rc}: {out} {err}")
+    check(r["result"] == "CUDA_ERROR_OUT_OF_MEMORY", f"{extra}: not refused: {r}")
+    check(r["before"]["total"] == quota, f"{extra}: cuMemGetInfo total {r['before']['total']} != quota")
+    check(s.samples >= 5, f"{extra}: only {s.samples} ground-truth samples")
+    check(s.peak <= quota, f"{extra}: ground truth peaked at {s.peak} > quota {quota}")
+    check(s.peak >= quota - 256 * MI - OVERHEAD, f"{extra}: ground truth never saw the memory ({s.peak})")
+    return r, s.peak
+
+
+# ------------------------------------------------------------------ cases ---
+
+def case_env_cannot_escape(b):
+    """CUSHARE_DISABLE, CUSHARE_RUN_DIR, quota variables and HAMi aliases
+    change nothing in a managed allocation."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        folder = node.create("team", "--memory-limit", "1Gi")
+        c = ct.Container(node, folder)
+        for extra in ({}, {"CUSHARE_DISABLE": "1"}, {"CUSHARE_RUN_DIR": "/tmp/mine"},
+                      {"CUSHARE_DISABLE": "1", "CUSHARE_RUN_DIR": "/tmp/mine"},
+                      {"CUSHARE_MEMORY_LIMIT": "80Gi"}, {"CUDA_DEVICE_MEMORY_LIMIT": "80g"},
+                      {"CUSHARE_RUN_DIR": "/tmp/mine", "CUSHARE_MEMORY_LIMIT": "80Gi"}):
+            r, peak = memory_case(c, node, extra, GI)
+            print(f"  {extra or 'plain'}: {r['bytes'] // MI} MiB, refused, ground truth peak "
+                  f"{peak // MI} MiB <= 1024 MiB")
+        rc, out, _ = c.run(["/bin/ls", "-A", "/tmp"])
+        check("mine" not in out, "the shim created a standalone allocation where the tenant pointed")
+
+
+def case_preload_chain(b):
+    """Container root cannot take the shim out of later processes: the
+    preload file is the node's, mounted read-only, and nothing in the
+    allocation's folder is part of the chain."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        folder = node.create("team", "--memory-limit", "1Gi")
+        root = ct.Container(node, folder, uid=0, preload="file")
+        attempts = [
+            ": > /etc/ld.so.preload",
+            "umount /etc/ld.so.preload",
+            "umount -l /run/cushare/limits",
+            ": > /var/run/cushare/ld.so.preload",
+            "printf '' > /var/run/cushare/limits",
+            f"printf x > {ct.CONTAINER_LIBRARY}",
+        ]
+        for cmd in attempts:
+            root.run(["/bin/sh", "-c", cmd + " 2>/dev/null; true"])
+        for cmd in attempts[:2] + attempts[4:]:
+            rc, _, _ = root.run(["/bin/sh", "-c", cmd])
+            check(rc != 0, f"container root could run '{cmd}'")
+        # Every later process still has the shim, and the quota holds.
+        rc, out, _ = root.run(["/bin/grep", "-c", "libcushare.so", "/proc/self/maps"])
+        check(rc == 0 and int(out.strip() or 0) > 0, "a later process runs without the shim")
+        r, peak = memory_case(root, node, {"CUSHARE_DISABLE": "1"}, GI)
+        print(f"  after the attempts, container root: {r['bytes'] // MI} MiB, peak {peak // MI} MiB")
+
+
+def case_usage_permissions(b):
+    """No local user reaches another tenant's usage: alloc/ is the node's
+    (0700), the folder only searchable (0711)."""
+    ct.need_root()
+    uid, gid = ct.tenant_user()
+    with ct.Node(b) as node:
+        folder = node.create("team", "--memory-limit", "1Gi")
+        usage = os.path.join(folder, "usage")
+        code = f"open({usage!r}, 'r+b')"
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                            "/usr/bin/python3", "-c", code], capture_output=True, text=True)
+        check(r.returncode != 0 and "PermissionError" in r.stderr,
+              f"a local user opened {usage}: {r.stderr}")
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                            "ls", os.path.join(node.run_dir, "alloc")], capture_output=True, text=True)
+        check(r.returncode != 0, "a local user listed alloc/")
+
+
+def case_forged_ledger(b):
+    """A tenant that zeroes its ledger while holding memory: the daemon
+    repairs the ledger from the live slots, and what it took meanwhile beyond
+    the quota (ground truth) is taken back by killing its youngest process
+    after the grace. The ledger never wraps when its processes exit."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon("--over-quota-grace-ms", "1000")
+        folder = node.create("team", "--memory-limit", "2Gi")
+        c = ct.Container(node, folder)
+        holder = c.popen([alloc_probe(b), "--step", "1Gi", "--max", "1Gi", "--hold-seconds", "30"])
+        wait_for(lambda: used(folder) >= GI, "the first process's memory")
+        # The tenant writes its own region (it is 0666 by design).
+        zero = ("import mmap,os,struct; fd=os.open('/var/run/cushare/usage',os.O_RDWR); "
+                f"m=mmap.mmap(fd,0); struct.pack_into('<Q',m,{USAGE_GPUS_AT},0)")
+        rc, _, err = c.run(["/usr/bin/python3", "-c", zero])
+        check(rc == 0, f"zeroing the ledger failed: {err}")
+        t0 = time.monotonic()
+        with ct.Sampler(node) as s:
+            greedy = c.popen([alloc_probe(b), "--step", "256Mi", "--hold-seconds", "30"])
+            killed_at = None
+            while time.monotonic() - t0 < 15:
+                if greedy.poll() is not None:
+                    killed_at = time.monotonic() - t0
+                    break
+                time.sleep(0.05)
+            time.sleep(0.5)
+        check(killed_at is not None, f"the greedy process was never stopped; ground truth peak "
+              f"{s.peak // MI} MiB:\n{node.daemon_log()}")
+        check(greedy.returncode == -signal.SIGKILL, f"greedy exited {greedy.returncode}")
+        check(holder.poll() is None, "the first (older) process was killed instead")
+        truth = node.device()["memory_used"]
+        check(truth <= 2 * GI, f"ground truth {truth} still above the quota after the kill")
+        check(killed_at < 1.0 + 3.0, f"the kill came {killed_at:.1f} s after the attack")
+        check(used(folder) <= 2 * GI, f"ledger {used(folder)} not repaired")
+        log = node.daemon_log()
+        check("repaired" in log and "killed pid" in log, f"daemon log:\n{log}")
+        holder.kill()
+        holder.wait()
+        wait_for(lambda: used(folder) == 0, "the ledger back at 0 once every process is gone")
+        print(f"  ground truth peaked at {s.peak // MI} MiB on 2048 MiB; greedy killed after "
+              f"{killed_at:.2f} s; ledger back to 0, no wrap")
+
+
+def case_forged_demand(b):
+    """Demand forged in an allocation with no live process takes nothing
+    from a busy tenant."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        busy = node.create("busy", "--memory-limit", "4Gi", "--compute-limit", "50",
+                           "--mode", "burst")
+        ghost = node.create("ghost", "--memory-limit", "4Gi", "--compute-limit", "50",
+                            "--mode", "burst")
+        # Forged: demand on GPU 0 and a slot with a made-up identity.
+        with open(os.path.join(ghost, "usage"), "r+b") as f:
+            f.seek(USAGE_GPUS_AT + DEMAND)
+            f.write(struct.pack("<I", 5))
+        worker = ct.Container(node, busy).popen(
+            [b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "4"])
+        time.sleep(1.0)
+        before = node.device()
+        t0 = time.monotonic()
+        time.sleep(2.0)
+        after = node.device()
+        span = (time.monotonic() - t0) * 1e9
+        share = 100.0 * (after["busy_ns"] - before["busy_ns"]) / span
+        worker.wait(timeout=30)
+        check(share >= 95, f"the lone busy tenant got {share:.1f} % with forged demand elsewhere")
+        print(f"  lone busy tenant: {share:.1f} % of the device with forged demand in 'ghost'")
+
+
+def case_hostile_usage(b):
+    """For 30 s a tenant flips the size of its usage file and writes random
+    bytes into it: the daemon never crashes or hangs, another tenant's cap
+    holds by ground truth, and cusharectl keeps answering."""
+    ct.need_root()
+    seconds = float(os.environ.get("CUSHARE_HOSTILE_SECONDS", "30"))
+    with ct.Node(b) as node:
+        node.start_daemon()
+        victim = node.create("victim", "--memory-limit", "4Gi", "--compute-limit", "30",
+                             "--mode", "capped")
+        hostile = node.create("hostile", "--memory-limit", "4Gi", "--compute-limit", "50",
+                              "--mode", "burst")
+        vc = ct.Container(node, victim)
+        worker = vc.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds",
+                           str(seconds + 3)])
+        hc = ct.Container(node, hostile)
+        hworker = hc.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds",
+                            str(seconds + 3)])
+        vandal = hc.popen(["/usr/bin/python3", os.path.join(HERE, "vandal.py"), "/var/run/cushare/usage",
+                           str(seconds)])
+        time.sleep(1.0)
+        before = node.device()
+        t0 = time.monotonic()
+        status_worst = 0.0
+        while time.monotonic() - t0 < seconds - 1:
+            s0 = time.monotonic()
+            r = subprocess.run([b.tool("cusharectl"), "--run-dir", node.run_dir, "status"],
+                               env=node.env, capture_output=True, text=True, timeout=20)
+            status_worst = max(status_worst, time.monotonic() - s0)
+            check(r.returncode in (0, 1), f"cusharectl status exited {r.returncode}: {r.stderr}")
+            check(node.daemon_alive(), f"cushared died:\n{node.daemon_log()}")
+            time.sleep(0.5)
+        after = node.device()
+        span = (time.monotonic() - t0) * 1e9
+        vpid = worker.pid
+        share = 100.0 * (ct.busy_by_pid(after).get(child_pid(vpid), 0) -
+                         ct.busy_by_pid(before).get(child_pid(vpid), 0)) / span
+        vandal.wait(timeout=60)
+        check(node.daemon_alive(), f"cushared died:\n{node.daemon_log()}")
+        for p in (worker, hworker):
+            p.kill()
+            p.wait()
+        check(abs(share - 30) <= 3, f"the capped-30 tenant got {share:.1f} % while its neighbour "
+              "vandalised its own usage region")
+        check(status_worst < 10, f"cusharectl status took {status_worst:.1f} s")
+        print(f"  {seconds:.0f} s of vandalism: daemon alive, capped-30 neighbour at {share:.1f} %, "
+              f"cusharectl status at most {status_worst:.2f} s")
+
+
+def case_symlink_swap(b):
+    """Container root replaces its usage by a symbolic link to another
+    tenant's usage, then by a FIFO: nothing on the node follows the link or
+    blocks on the FIFO, and a repeated create keeps neither."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        a = node.create("a", "--memory-limit", "1Gi")
+        other = node.create("b", "--memory-limit", "1Gi")
+        bc = ct.Container(node, other)
+        worker = bc.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "6"])
+        time.sleep(1.0)
+        root = ct.Container(node, a, uid=0)
+        rc, _, err = root.run(["/bin/sh", "-c", "rm /var/run/cushare/usage && ln -s "
+                               f"{os.path.join(other, 'usage')} /var/run/cushare/usage"])
+        check(rc == 0, f"the symlink swap failed: {err}")
+        time.sleep(1.5)
+        r = subprocess.run([b.tool("cusharectl"), "--run-dir", node.run_dir, "--json", "status"],
+                           env=node.env, capture_output=True, text=True, timeout=20)
+        doc = json.loads(r.stdout) if r.stdout.startswith("{") else {}
+        procs_a = [al for al in doc.get("allocations", []) if al.get("id") == "a"]
+        check(not procs_a or not procs_a[0].get("processes"),
+              f"a shows b's processes through the link: {procs_a}")
+        check("a/usage: is a symbolic link" in r.stderr, f"cusharectl status: {r.stderr}")
+        check("replaced under the daemon" in node.daemon_log(), f"daemon log:\n{node.daemon_log()}")
+        # A FIFO: cusharectl must not hang on it.
+        rc, _, err = root.run(["/bin/sh", "-c", "rm /var/run/cushare/usage && mkfifo -m 666 "
+                               "/var/run/cushare/usage"])
+        check(rc == 0, f"mkfifo failed: {err}")
+        t0 = time.monotonic()
+        r = subprocess.run([b.tool("cusharectl"), "--run-dir", node.run_dir, "status"],
+                           env=node.env, capture_output=True, text=True, timeout=20)
+        check(time.monotonic() - t0 < 5, "cusharectl status blocked on a FIFO")
+        check(node.daemon_alive(), f"cushared died:\n{node.daemon_log()}")
+        worker.wait(timeout=30)
+        check(os.path.getsize(os.path.join(other, "usage")) > 0, "b's usage was damaged")
+        print("  link and FIFO refused by the daemon and cusharectl; b untouched")
+
+
+def bypass_case(b, via):
+    ct.need_root()
+    probe = os.path.join(b.dir, "tests", "integration", "security", "bypass_probe")
+    with ct.Node(b) as node:
+        node.start_daemon("--over-quota-grace-ms", "1000")
+        folder = node.create("team", "--memory-limit", "1Gi")
+        c = ct.Container(node, folder)
+        t0 = time.monotonic()
+        with ct.Sampler(node) as s:
+            p = c.popen([probe, "--via", via, "alloc", str(3 * GI), str(256 * MI), "20000"])
+            try:
+                out, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+        took = time.monotonic() - t0
+        r = ct.last_json(out)
+        check(r is not None and "error" not in r, f"bypass_probe --via {via}: {out} {err}")
+        check(r["bytes"] > GI, f"--via {via} did not get past the shim: {r}")
+        check(p.returncode == -signal.SIGKILL, f"the bypassing process was not killed "
+              f"(exit {p.returncode}):\n{node.daemon_log()}")
+        check(took < 1.0 + 4.0, f"killed only after {took:.1f} s")
+        truth = node.device()["memory_used"]
+        check(truth <= GI, f"ground truth {truth} after the kill")
+        print(f"  --via {via}: took {r['bytes'] // MI} MiB past the shim on a 1 GiB quota "
+              f"(ground truth peak {s.peak // MI} MiB), killed after {took:.1f} s")
+
+
+def case_bypass_dlvsym(b):
+    bypass_case(b, "dlvsym")
+
+
+def case_bypass_dlmopen(b):
+    bypass_case(b, "dlmopen")
+
+
+def case_bypass_elf(b):
+    bypass_case(b, "elf")
+
+
+def case_bypass_launch(b):
+    """A capped-10 % tenant that launches through the real cuLaunchKernel is
+    stopped on ground truth."""
+    ct.need_root()
+    probe = os.path.join(b.dir, "tests", "integration", "security", "bypass_probe")
+    ptx = os.path.join(os.path.dirname(HERE), "..", "..", "samples", "spin_kernel.ptx")
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "10",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        t0 = time.monotonic()
+        p = c.popen([probe, "--via", "dlvsym", "launch", "20", os.path.abspath(ptx)])
+        try:
+            p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+        took = time.monotonic() - t0
+        check(p.returncode == -signal.SIGKILL, f"the tenant launching past the gate ran on "
+              f"(exit {p.returncode}):\n{node.daemon_log()}")
+        check(took < 6, f"stopped only after {took:.1f} s")
+        check("without leases" in node.daemon_log(), node.daemon_log())
+        print(f"  a capped-10 % tenant launching past the gate was killed after {took:.1f} s")
+
+
+def case_bypass_unregistered(b):
+    """A process of the container that never loads the shim (no preload for
+    it) is still the container's: its memory counts against the allocation
+    (attributed by PID namespace) and it is the one killed."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon("--over-quota-grace-ms", "1000")
+        folder = node.create("team", "--memory-limit", "1Gi", "--preload", "env")
+        c = ct.Container(node, folder, preload="env", pid_ns=True)
+        script = (f"{b.sample('spin_worker')} --kernel-us 1000 --seconds 12 >/dev/null & "
+                  "shimmed=$!; sleep 1; "
+                  f"env -u LD_PRELOAD {alloc_probe(b)} --step 256Mi --max 3Gi --hold-seconds 8; "
+                  "echo unshimmed_exit=$?; kill $shimmed; wait")
+        t0 = time.monotonic()
+        rc, out, err = c.run(["/bin/sh", "-c", script], timeout=60)
+        took = time.monotonic() - t0
+        check("unshimmed_exit=137" in out, f"the unshimmed process was not killed: {out} {err}\n"
+              f"{node.daemon_log()}")
+        check(took < 12, f"killed only after {took:.1f} s")
+        print(f"  an unshimmed process of the container took 3 GiB on a 1 GiB quota: killed "
+              f"({took:.1f} s after the container started)")
+
+
+def case_over_quota_log_mode(b):
+    """--over-quota=log reports and counts but leaves the process running."""
+    ct.need_root()
+    probe = os.path.join(b.dir, "tests", "integration", "security", "bypass_probe")
+    with ct.Node(b) as node:
+        node.start_daemon("--over-quota", "log", "--over-quota-grace-ms", "500")
+        folder = node.create("team", "--memory-limit", "1Gi")
+        c = ct.Container(node, folder)
+        p = c.popen([probe, "--via", "dlvsym", "alloc", str(2 * GI), str(256 * MI), "3000"])
+        out, err = p.communicate(timeout=30)
+        check(p.returncode == 0, f"log mode killed the process ({p.returncode}): {err}")
+        check("left running (--over-quota=log)" in node.daemon_log(), node.daemon_log())
+
+
+# ---------------------------------------------------------------- helpers ---
+
+def used(folder):
+    with open(os.path.join(folder, "usage"), "rb") as f:
+        f.seek(USAGE_GPUS_AT + USED_BYTES)
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+def wait_for(cond, what, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        check(time.monotonic() < deadline, f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def child_pid(pid):
+    """The tenant process under unshare/sh/setpriv/env (exec'd: same pid)."""
+    return pid
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    sys.exit(ct.run_cases(CASES))

@@ -1,0 +1,328 @@
+"""The Python test toolkit: a node on fakegpu (run dir, fakegpu state, a
+cushared), allocations made the way operators make them (`cusharectl
+create`), tenants started the way containers start them, and fakegpu's
+ground truth.
+
+A tenant "in a container" runs in a mount namespace of its own where, as a
+container runtime would:
+  - the allocation's folder is bind-mounted at /var/run/cushare (through /run,
+    which gets a private tmpfs), with its `limits` bind-mounted read-only over it;
+  - /etc is a private copy with the node's ld.so.preload bind-mounted read-only
+    at /etc/ld.so.preload (when the allocation preloads through the file);
+  - the process runs as a given uid (a non-root test user, or root without the
+    capabilities a container runtime drops).
+That needs root; `need_root()` skips (or fails under CI) without it.
+
+Import with:  sys.path.insert(0, <repo>/tests/lib); import cushare_test as ct
+"""
+import json
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SKIP = 77
+MI = 1 << 20
+GI = 1 << 30
+TENANT_USER = "cushare-tenant"
+CONTAINER_LIBRARY = "/usr/local/lib/cushare/libcushare.so"  # where cusharectl mounts it
+
+# What a container runtime (Docker's default set) leaves to container root:
+# no CAP_SYS_ADMIN (no mounts), no CAP_SYS_PTRACE, no CAP_SYS_RESOURCE.
+CONTAINER_ROOT_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid",
+                       "setpcap", "net_bind_service", "net_raw", "sys_chroot", "mknod",
+                       "audit_write", "setfcap")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def skip_or_fail(why):
+    if os.environ.get("CI") == "true":
+        print(f"FAIL (CI must not skip): {why}")
+        sys.exit(1)
+    print(f"SKIP: {why}")
+    sys.exit(SKIP)
+
+
+def need_root():
+    if os.geteuid() != 0:
+        skip_or_fail("needs root (mount namespaces, a non-root test user)")
+    for tool in ("unshare", "setpriv", "mount"):
+        if shutil.which(tool) is None:
+            skip_or_fail(f"{tool} is not installed")
+
+
+def tenant_user():
+    """(uid, gid) of the unprivileged test user, created when missing."""
+    try:
+        pw = pwd.getpwnam(TENANT_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        TENANT_USER], check=True, capture_output=True)
+        pw = pwd.getpwnam(TENANT_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
+def run_cases(cases, argv=None):
+    """main() of a test script: runs the case named on the command line."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(cases))
+    ap.add_argument("--build-dir", required=True)
+    a = ap.parse_args(argv)
+    try:
+        cases[a.case](Build(a.build_dir))
+    except Failure as f:
+        print(f"FAIL: {f}")
+        return 1
+    print("PASS")
+    return 0
+
+
+class Build:
+    def __init__(self, path):
+        self.dir = os.path.abspath(path)
+        self.bin = os.path.join(self.dir, "bin")
+        self.fakegpu = os.path.join(self.dir, "fakegpu")
+        self.samples = os.path.join(self.dir, "samples")
+        self.preload_prefix = os.environ.get("CUSHARE_TEST_PRELOAD_PREFIX", "")
+        self.lib = os.path.join(self.dir, "lib", "libcushare.so")
+
+    def tool(self, name):
+        return os.path.join(self.bin, name)
+
+    def sample(self, name):
+        return os.path.join(self.samples, name)
+
+
+class Node:
+    """A node: a temporary run dir, fakegpu state, optionally a cushared."""
+
+    def __init__(self, build, devices="H100:80Gi:132", overhead="300Mi"):
+        self.b = build
+        self.tmp = tempfile.mkdtemp(prefix="cushare-node-")
+        os.chmod(self.tmp, 0o755)  # tenants of other uids reach the fakegpu state
+        self.run_dir = os.path.join(self.tmp, "run")
+        os.makedirs(self.run_dir)
+        self.state = os.path.join(self.tmp, "fakegpu.state")
+        self.env = {
+            "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+            "FAKEGPU_STATE": self.state,
+            "FAKEGPU_DEVICES": devices,
+            "FAKEGPU_CONTEXT_OVERHEAD": overhead,
+            "FAKEGPU_HOST_BACKING": "0",
+            "LD_LIBRARY_PATH": build.fakegpu,
+        }
+        for k, v in os.environ.items():  # sanitizer options of the build
+            if k.startswith(("ASAN_", "UBSAN_", "TSAN_", "LSAN_")):
+                self.env[k] = v
+        self.daemon = None
+        self.daemon_log_path = os.path.join(self.tmp, "cushared.log")
+        self.procs = []
+        self.stat()  # creates the state file
+        os.chmod(self.state, 0o666)
+
+    # ---- the daemon ----
+    def start_daemon(self, *args):
+        log = open(self.daemon_log_path, "a")
+        self.daemon = subprocess.Popen([self.b.tool("cushared"), "--run-dir", self.run_dir, *args],
+                                       env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(os.path.join(self.run_dir, "cushared.sock")):
+            check(self.daemon.poll() is None, f"cushared exited at once:\n{self.daemon_log()}")
+            check(time.monotonic() < deadline, "cushared did not start")
+            time.sleep(0.02)
+        return self.daemon
+
+    def daemon_log(self):
+        try:
+            with open(self.daemon_log_path) as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def daemon_alive(self):
+        return self.daemon is not None and self.daemon.poll() is None
+
+    # ---- allocations ----
+    def create(self, name, *args):
+        """`cusharectl create` (the managed layout for plain Docker)."""
+        r = subprocess.run([self.b.tool("cusharectl"), "--run-dir", self.run_dir, "--json",
+                            "create", name, *args], env=self.env, capture_output=True, text=True)
+        check(r.returncode == 0, f"cusharectl create {name} exited {r.returncode}: {r.stderr}")
+        return json.loads(r.stdout)["folder"]
+
+    # ---- ground truth ----
+    def stat(self):
+        r = subprocess.run([self.b.tool("fakegpu-stat"), "--json"], env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, f"fakegpu-stat failed: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def device(self, index=0):
+        return self.stat()["devices"][index]
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if self.daemon_alive():
+            self.daemon.terminate()
+            try:
+                self.daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Sampler:
+    """Samples fakegpu's ground truth while a workload runs: the peak memory
+    used on a device and the number of samples."""
+
+    def __init__(self, node, device=0, period=0.005):
+        self.node, self.device, self.period = node, device, period
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                used = self.node.device(self.device)["memory_used"]
+                self.peak = max(self.peak, used)
+                self.samples += 1
+            except Failure:
+                pass
+            time.sleep(self.period)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def busy_by_pid(dev):
+    return {p["pid"]: p["busy_ns"] for p in dev["processes"]}
+
+
+class Container:
+    """Runs commands the way a container of `folder` (a cusharectl-created
+    allocation of `node`) runs them. `uid`: the test user's by default; 0 for
+    container root (with a container runtime's capabilities only)."""
+
+    def __init__(self, node, folder, uid=None, preload=None, pid_ns=False):
+        self.node = node
+        self.folder = folder
+        self.pid_ns = pid_ns  # a PID namespace of its own (popen's pid is then not the tenant's)
+        # Sanitizer builds need their runtime preloaded first: LD_PRELOAD then.
+        self.preload = preload or ("env" if node.b.preload_prefix else "file")
+        if uid is None:
+            uid, gid = tenant_user()
+        else:
+            gid = 0 if uid == 0 else uid
+        self.uid, self.gid = uid, gid
+        self.etc = os.path.join(node.tmp, f"etc-{os.path.basename(folder)}-{uid}")
+        if not os.path.isdir(self.etc):
+            subprocess.run(["cp", "-a", "/etc", self.etc], check=True)
+            with open(os.path.join(self.etc, "ld.so.preload"), "w"):
+                pass  # the mount point for the node's file
+
+    def _script(self, argv, env):
+        q = shlex.quote
+        folder = q(self.folder)
+        steps = [
+            "set -e",
+            "mount -t tmpfs -o mode=755 tmpfs /run",
+            "mkdir -p /run/cushare",
+            f"mount --bind {folder} /run/cushare",
+            f"mount --bind {folder}/limits /run/cushare/limits",
+            "mount -o remount,bind,ro /run/cushare/limits",
+            f"mount --bind {q(self.etc)} /etc",
+        ]
+        # The library at its path in containers (a private /usr/local).
+        lib_dir = os.path.dirname(CONTAINER_LIBRARY)
+        steps += [
+            "mount -t tmpfs -o mode=755 tmpfs /usr/local",
+            f"mkdir -p {lib_dir}",
+            f"touch {CONTAINER_LIBRARY}",
+            f"mount --bind {q(self.node.b.lib)} {CONTAINER_LIBRARY}",
+            f"mount -o remount,bind,ro {CONTAINER_LIBRARY}",
+        ]
+        if self.preload == "file":
+            node_preload = os.path.join(self.node.run_dir, "ld.so.preload")
+            steps += [f"mount --bind {q(node_preload)} /etc/ld.so.preload",
+                      "mount -o remount,bind,ro /etc/ld.so.preload"]
+        if self.uid == 0:
+            caps = ",".join("+" + c for c in CONTAINER_ROOT_CAPS)
+            user = ["setpriv", f"--bounding-set=-all,{caps}", f"--inh-caps=-all", "--"]
+        else:
+            user = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--"]
+        envs = ["env", "-i"] + [f"{k}={v}" for k, v in env.items()]
+        steps.append("exec " + " ".join(q(w) for w in user + envs + list(argv)))
+        return "\n".join(steps)
+
+    def env(self, extra=None):
+        e = dict(self.node.env)
+        e["CUSHARE_RUN_DIR"] = "/var/run/cushare"
+        e["HOME"] = "/tmp"
+        if self.preload == "env":
+            e["LD_PRELOAD"] = self.node.b.preload_prefix + CONTAINER_LIBRARY
+        for k, v in (extra or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        return e
+
+    def popen(self, argv, extra=None, **kw):
+        script = self._script(argv, self.env(extra))
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        # --kill-child: the namespace's processes die with unshare (a test that
+        # kills the container must not leave its processes behind).
+        ns = ["--pid", "--fork", "--kill-child", "--mount-proc"] if self.pid_ns else []
+        p = subprocess.Popen(["unshare", "--mount", *ns, "--propagation", "private", "sh", "-c",
+                              script], text=True, **kw)
+        self.node.procs.append(p)
+        return p
+
+    def run(self, argv, extra=None, timeout=60):
+        p = self.popen(argv, extra)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise Failure(f"{argv} timed out: {out} {err}")
+        return p.returncode, out, err
+
+
+def last_json(text):
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else None

@@ -10,7 +10,7 @@
 namespace fakegpu {
 
 inline constexpr uint64_t kStateMagic = 0x3155504745'4b4146ull;  // "FAKEGPU1"
-inline constexpr uint32_t kStateVersion = 3;
+inline constexpr uint32_t kStateVersion = 4;
 inline constexpr uint32_t kMaxDevices = 8;
 inline constexpr uint32_t kMaxProcs = 512;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -75,9 +75,13 @@ struct DeviceSlot {
 };
 
 struct ProcSlot {
-  int32_t pid;
+  int32_t pid;  // in its own PID namespace
   SlotState state;
   uint64_t start_ticks;  // /proc/<pid>/stat field 22: pid + start time names a process
+  uint64_t pidns;        // inode of its PID namespace (pid_view.hpp)
+  uint64_t view_pidns;   // a namespace it was seen from, and its PID there (0: none yet)
+  int32_t view_pid;
+  uint32_t reserved;
   uint64_t registered_ns;
   uint64_t mem[kMaxDevices];   // context overhead + allocations
   uint64_t busy[kMaxDevices];  // engine time of its contexts

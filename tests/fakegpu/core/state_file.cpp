@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/pid_view.hpp"
 
 namespace fakegpu {
 
@@ -213,7 +214,9 @@ void StateFile::reap_dead(uint64_t now) {
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxProcs); ++i) {
     ProcSlot& p = s.procs[i];
     if (p.state != SlotState::live) continue;
-    if (process_start_ticks(p.pid) != p.start_ticks) release_process(s, i, now);
+    // Only what this process can see is judged; a container's processes are
+    // judged from the node once an observer there has seen them.
+    if (process_gone(p).value_or(false)) release_process(s, i, now);
   }
 }
 

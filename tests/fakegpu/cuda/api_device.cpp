@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
 
 using namespace fakegpu;
@@ -150,6 +151,7 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
   std::memset(static_cast<void*>(&p), 0, sizeof p);
   p.pid = getpid();
   p.start_ticks = process_start_ticks(p.pid);
+  p.pidns = own_pidns();
   p.registered_ns = lock.now();
   p.state = SlotState::live;
   d.proc = chosen;

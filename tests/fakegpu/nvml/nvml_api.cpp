@@ -13,6 +13,7 @@
 #include "nvml_subset.h"
 #include "tests/fakegpu/core/config.hpp"
 #include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
 
 #define FAKEGPU_NVML_API extern "C" __attribute__((visibility("default")))
@@ -75,6 +76,7 @@ struct ProcessRow {
 // Processes holding contexts or memory on a device (host PIDs, context included).
 std::vector<ProcessRow> processes_on(uint32_t device) {
   Nvml& n = nvml();
+  see_foreign(*n.file);
   StateLock lock(*n.file, true);
   const SharedState& s = lock.state();
   std::vector<ProcessRow> rows;
@@ -84,8 +86,9 @@ std::vector<ProcessRow> processes_on(uint32_t device) {
     bool has_context = false;
     for (const ContextSlot& c : s.contexts)
       has_context |= c.state == SlotState::live && c.proc == p && c.device == device;
-    if (has_context || proc.mem[device] > 0)
-      rows.push_back({static_cast<unsigned>(proc.pid), proc.mem[device]});
+    const auto pid = visible_pid(proc);  // PIDs as this process sees them
+    if ((has_context || proc.mem[device] > 0) && pid)
+      rows.push_back({static_cast<unsigned>(*pid), proc.mem[device]});
   }
   return rows;
 }
@@ -460,6 +463,7 @@ FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
   if (nvmlReturn_t r = device_of(device, &i); r != NVML_SUCCESS) return r;
   if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   std::vector<nvmlProcessUtilizationSample_t> samples;
+  see_foreign(*nvml().file);
   {
     StateLock lock(*nvml().file);
     const SharedState& s = lock.state();
@@ -473,9 +477,10 @@ FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
       if (proc.state != SlotState::live) continue;
       uint64_t busy = 0, span = 0;
       process_busy_since(s, p, i, since, now, &busy, &span);
-      if (busy == 0 || span == 0 || stamp <= lastSeenTimeStamp) continue;
+      const auto pid = visible_pid(proc);
+      if (busy == 0 || span == 0 || stamp <= lastSeenTimeStamp || !pid) continue;
       nvmlProcessUtilizationSample_t sample{};
-      sample.pid = static_cast<unsigned>(proc.pid);
+      sample.pid = static_cast<unsigned>(*pid);
       sample.timeStamp = stamp;
       sample.smUtil =
           static_cast<unsigned>(std::min<uint64_t>(100, (busy * 100 + span / 2) / span));

@@ -8,6 +8,7 @@
 
 #include "tests/fakegpu/core/config.hpp"
 #include "tests/fakegpu/core/engine.hpp"
+#include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
 
 using namespace fakegpu;
@@ -15,6 +16,7 @@ using namespace fakegpu;
 namespace {
 
 nlohmann::json snapshot(StateFile& file) {
+  see_foreign(file);           // PIDs of container processes in this view
   StateLock lock(file, true);  // reap dead processes first, as the driver would have freed them
   const SharedState& s = lock.state();
   nlohmann::json devices = nlohmann::json::array();
@@ -29,8 +31,13 @@ nlohmann::json snapshot(StateFile& file) {
         has_context |= c.state == SlotState::live && c.proc == p && c.device == d;
       }
       if (!has_context && proc.busy[d] == 0 && proc.mem[d] == 0) continue;
-      processes.push_back(
-          {{"pid", proc.pid}, {"busy_ns", proc.busy[d]}, {"memory_used", proc.mem[d]}});
+      // A process this view cannot see is shown by its PID in its own
+      // namespace, with that namespace.
+      const auto pid = visible_pid(proc);
+      nlohmann::json row{
+          {"pid", pid.value_or(proc.pid)}, {"busy_ns", proc.busy[d]}, {"memory_used", proc.mem[d]}};
+      if (!pid) row["pidns"] = proc.pidns;
+      processes.push_back(std::move(row));
     }
     devices.push_back({{"index", d},
                        {"uuid", dev.uuid},

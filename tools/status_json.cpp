@@ -46,6 +46,8 @@ json gpu_entry_json(const AllocationGpu& g) {
         {"granted_ns", g.granted_ns},
         {"handoffs", g.handoffs},
         {"busy_ns", g.busy_ns}}},
+      {"ground_truth",
+       {{"over_quota_kills", g.over_quota_kills}, {"unleased_busy_ns", g.unleased_busy_ns}}},
       {"processes", g.processes},
   };
 }
@@ -78,6 +80,10 @@ AllocationGpu gpu_entry_from_json(const json& j) {
   g.granted_ns = l.at("granted_ns").get<std::uint64_t>();
   g.handoffs = l.at("handoffs").get<std::uint64_t>();
   g.busy_ns = l.at("busy_ns").get<std::uint64_t>();
+  if (const auto it = j.find("ground_truth"); it != j.end()) {
+    g.over_quota_kills = it->value("over_quota_kills", std::uint32_t{0});
+    g.unleased_busy_ns = it->value("unleased_busy_ns", std::uint64_t{0});
+  }
   g.processes = j.at("processes").get<std::uint32_t>();
   return g;
 }

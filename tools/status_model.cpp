@@ -88,6 +88,8 @@ Allocation allocation_from_regions(const RegionViews& regions, const std::string
     gpu.lease_grants = words.lease_grants.load(std::memory_order_relaxed);
     gpu.granted_ns = words.granted_ns.load(std::memory_order_relaxed);
     gpu.handoffs = words.handoffs.load(std::memory_order_relaxed);
+    gpu.over_quota_kills = words.over_quota_kills.load(std::memory_order_relaxed);
+    gpu.unleased_busy_ns = words.unleased_busy_ns.load(std::memory_order_relaxed);
     if (regions.usage != nullptr) {
       const shm::GpuUsage& usage = regions.usage->gpus[i];
       gpu.used_bytes = usage.used_bytes.load(std::memory_order_relaxed);

@@ -66,6 +66,11 @@ struct AllocationGpu {  // one GPU's limits and usage within an allocation
   std::uint64_t last_oom_request_bytes = 0;
   std::uint64_t last_oom_unix_ns = 0;
   std::uint32_t processes = 0;
+  // What the daemon did on ground truth (NVML): processes it killed (over the
+  // memory quota past the grace, or running kernels without leases), and GPU
+  // time it charged beyond the leases.
+  std::uint32_t over_quota_kills = 0;
+  std::uint64_t unleased_busy_ns = 0;
 };
 
 struct Allocation {

@@ -190,6 +190,8 @@ std::string render_allocation(const Allocation& alloc, const std::vector<GpuInfo
       oom += "; last " + format_bytes(g.last_oom_request_bytes) + " requested at " +
              format_unix_time(g.last_oom_unix_ns);
     line("oom", oom);
+    line("backstop", std::to_string(g.over_quota_kills) + " killed on ground truth, " +
+                         format_duration_ns(g.unleased_busy_ns) + " GPU time beyond leases");
   }
 
   out += "\nprocesses\n";

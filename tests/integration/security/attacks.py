@@ -190,6 +190,42 @@ def case_forged_demand(b):
         print(f"  lone busy tenant: {share:.1f} % of the device with forged demand in 'ghost'")
 
 
+def case_forged_drain(b):
+    """A weight-10 tenant that keeps declaring its queue drained (so the lease
+    passes on while its kernels still run) against a busy weight-90 one: the
+    GPU time ground truth shows beyond its leases is charged to it, so its
+    share stays near its weight."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        small = node.create("small", "--memory-limit", "4Gi", "--compute-limit", "10",
+                            "--mode", "burst")
+        big = node.create("big", "--memory-limit", "4Gi", "--compute-limit", "90",
+                          "--mode", "burst")
+        seconds = 8
+        sc, bc = ct.Container(node, small), ct.Container(node, big)
+        ps = sc.popen([b.sample("spin_worker"), "--kernel-us", "20000", "--seconds", str(seconds)])
+        pb = bc.popen([b.sample("spin_worker"), "--kernel-us", "5000", "--seconds", str(seconds)])
+        forger = sc.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
+                           "/var/run/cushare/usage", str(seconds)])
+        time.sleep(2.0)
+        before = node.device()
+        t0 = time.monotonic()
+        time.sleep(seconds - 3.0)
+        after = node.device()
+        span = (time.monotonic() - t0) * 1e9
+        busy0, busy1 = ct.busy_by_pid(before), ct.busy_by_pid(after)
+        share = {n: 100.0 * (busy1.get(p.pid, 0) - busy0.get(p.pid, 0)) / span
+                 for n, p in (("small", ps), ("big", pb))}
+        for p in (ps, pb, forger):
+            p.wait(timeout=30)
+        check(share["small"] <= 10 + 5, f"the drain-mark forger got {share['small']:.1f} % "
+              f"(weight 10 of 100), the other {share['big']:.1f} %")
+        check(share["big"] >= 80, f"the honest weight-90 tenant got {share['big']:.1f} %")
+        print(f"  forged drain marks: weight 10 at {share['small']:.1f} %, weight 90 at "
+              f"{share['big']:.1f} %")
+
+
 def case_hostile_usage(b):
     """For 30 s a tenant flips the size of its usage file and writes random
     bytes into it: the daemon never crashes or hangs, another tenant's cap
@@ -302,6 +338,10 @@ def bypass_case(b, via):
         check(took < 1.0 + 4.0, f"killed only after {took:.1f} s")
         truth = node.device()["memory_used"]
         check(truth <= GI, f"ground truth {truth} after the kill")
+        r2 = subprocess.run([b.tool("cusharectl"), "--run-dir", node.run_dir, "--json", "inspect",
+                             "team"], env=node.env, capture_output=True, text=True, timeout=20)
+        kills = json.loads(r2.stdout)["gpus"][0]["ground_truth"]["over_quota_kills"]
+        check(kills >= 1, f"cusharectl inspect shows {kills} kills: {r2.stdout}")
         print(f"  --via {via}: took {r['bytes'] // MI} MiB past the shim on a 1 GiB quota "
               f"(ground truth peak {s.peak // MI} MiB), killed after {took:.1f} s")
 

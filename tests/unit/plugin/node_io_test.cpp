@@ -135,6 +135,35 @@ TEST_F(StoreTest, CorruptRegionsAreRecreated) {
       shm::UsageMapping::open(fs::path(plan.host_alloc_dir) / "usage", shm::Access::kReadOnly));
 }
 
+// A retried Allocate finds what the last container left in its folder: a
+// symbolic link or a FIFO where usage was is replaced, never written through
+// (the plugin runs as root), and the folder gets the node's modes.
+TEST_F(StoreTest, ARepeatedWriteNeverFollowsWhatTheTenantLeft) {
+  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 25), config);
+  store.Write(plan);
+  const fs::path usage = fs::path(plan.host_alloc_dir) / "usage";
+  const fs::path victim = run.path() / "victim";
+  WriteFile(victim, "precious");
+  fs::remove(usage);
+  fs::create_symlink(victim, usage);
+  store.Write(plan);
+  EXPECT_FALSE(fs::is_symlink(fs::symlink_status(usage)));
+  EXPECT_NO_THROW(shm::UsageMapping::open(usage, shm::Access::kReadOnly));
+  std::ifstream in(victim);
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "precious");
+  fs::remove(usage);
+  ASSERT_EQ(::mkfifo(usage.c_str(), 0666), 0);
+  store.Write(plan);  // would block on a FIFO opened for writing
+  EXPECT_NO_THROW(shm::UsageMapping::open(usage, shm::Access::kReadOnly));
+  struct stat sb {};
+  ASSERT_EQ(::stat(plan.host_alloc_dir.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 07777, 0711u);
+  ASSERT_EQ(::stat(fs::path(plan.host_alloc_dir).parent_path().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 07777, 0700u);
+}
+
 TEST_F(StoreTest, RemovalSparesRecentWrites) {
   const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 5), config);
   store.Write(plan);

@@ -31,6 +31,7 @@ USED_BYTES = 0
 DEMAND = 8
 DRAINED_NS = 24
 BUSY_PROCESSES = 96
+SLOTS_AT = USAGE_GPUS_AT + 16 * GPU_ENTRY
 
 
 def alloc_probe(b):
@@ -70,6 +71,62 @@ def case_env_cannot_escape(b):
                   f"{peak // MI} MiB <= 1024 MiB")
         rc, out, _ = c.run(["/bin/ls", "-A", "/tmp"])
         check("mine" not in out, "the shim created a standalone allocation where the tenant pointed")
+
+
+def device_share(node, procs, seconds, settle=1.0):
+    """Each process's share (percent of wall time, fakegpu ground truth) over
+    `seconds` after `settle`."""
+    time.sleep(settle)
+    before = node.device()
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    after = node.device()
+    span = (time.monotonic() - t0) * 1e9
+    b0, b1 = ct.busy_by_pid(before), ct.busy_by_pid(after)
+    return {name: 100.0 * (b1.get(p.pid, 0) - b0.get(p.pid, 0)) / span
+            for name, p in procs.items()}
+
+
+def case_env_cannot_escape_compute(b):
+    """A capped-10 % tenant with CUSHARE_DISABLE=1 and its own CUSHARE_COMPUTE_*
+    stays capped."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "10",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "5"],
+                    {"CUSHARE_DISABLE": "1", "CUSHARE_COMPUTE_LIMIT": "100",
+                     "CUSHARE_COMPUTE_MODE": "burst", "CUDA_DEVICE_SM_LIMIT": "100"})
+        share = device_share(node, {"t": p}, 3.0)["t"]
+        p.wait(timeout=30)
+        check(share <= 10 + 3, f"the capped-10 tenant got {share:.1f} % with CUSHARE_DISABLE=1")
+        check(share >= 10 - 5, f"the capped-10 tenant got only {share:.1f} %")
+        print(f"  capped 10 % with CUSHARE_DISABLE=1 and its own compute variables: {share:.1f} %")
+
+
+def case_usage_resize_no_free_run(b):
+    """A capped-10 % tenant that grows its own usage file by one byte does not
+    run free: the daemon keeps the allocation and gives it no GPU time until
+    the file is valid again."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "10",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "6"])
+        time.sleep(1.0)
+        rc, _, err = c.run(["/usr/bin/python3", "-c", "import os; p='/var/run/cushare/usage'; "
+                            "os.truncate(p, os.path.getsize(p) + 1)"])
+        check(rc == 0, f"growing the file failed: {err}")
+        share = device_share(node, {"t": p}, 3.0, settle=0.5)["t"]
+        check(node.daemon_alive(), node.daemon_log())
+        p.kill()
+        p.wait()
+        check(share <= 10 + 3, f"the tenant ran at {share:.1f} % after damaging its usage file")
+        print(f"  capped 10 % after growing its usage by one byte: {share:.1f} %")
 
 
 def case_preload_chain(b):
@@ -176,15 +233,12 @@ def case_forged_demand(b):
         with open(os.path.join(ghost, "usage"), "r+b") as f:
             f.seek(USAGE_GPUS_AT + DEMAND)
             f.write(struct.pack("<I", 5))
+            f.seek(SLOTS_AT)  # slot 0: active, pid 4000000 of namespace 12345, "host PID" 1
+            f.write(struct.pack("<IIQQI", 2, 4_000_000, 12345, 1, 1))
         worker = ct.Container(node, busy).popen(
             [b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "4"])
         time.sleep(1.0)
-        before = node.device()
-        t0 = time.monotonic()
-        time.sleep(2.0)
-        after = node.device()
-        span = (time.monotonic() - t0) * 1e9
-        share = 100.0 * (after["busy_ns"] - before["busy_ns"]) / span
+        share = device_share(node, {"w": worker}, 2.0, settle=0)["w"]
         worker.wait(timeout=30)
         check(share >= 95, f"the lone busy tenant got {share:.1f} % with forged demand elsewhere")
         print(f"  lone busy tenant: {share:.1f} % of the device with forged demand in 'ghost'")

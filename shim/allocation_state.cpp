@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "shim/context_overhead.hpp"
 #include "shim/device_uuid.hpp"
 #include "shim/fork_hooks.hpp"
 #include "shim/logging.hpp"
@@ -512,6 +513,12 @@ unsigned current_gpu_index(const AllocationState& st, CUdevice& device) noexcept
 unsigned current_gpu_index(const AllocationState& st) noexcept {
   CUdevice dev;
   return current_gpu_index(st, dev);
+}
+
+unsigned allocation_gpu_index(const AllocationState& st, CUdevice& device) noexcept {
+  const unsigned gpu = current_gpu_index(st, device);
+  if (device >= 0) note_device_use(st, device);
+  return gpu;
 }
 
 }  // namespace cushare::shim

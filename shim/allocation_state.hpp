@@ -90,6 +90,10 @@ inline unsigned gpu_index_of_device(const AllocationState& st, CUdevice dev) noe
 unsigned current_gpu_index(const AllocationState& st) noexcept;
 // Same, and the CUDA ordinal (or -1).
 unsigned current_gpu_index(const AllocationState& st, CUdevice& device) noexcept;
+// current_gpu_index for the paths that allocate device memory: also charges,
+// the first time, a primary context the shim did not see made
+// (context_overhead.hpp, note_device_use).
+unsigned allocation_gpu_index(const AllocationState& st, CUdevice& device) noexcept;
 
 // Memory quota of limits.gpus[gpu] (one atomic load; kUnlimited = none).
 inline std::uint64_t memory_limit(const AllocationState& st, unsigned gpu) noexcept {

@@ -47,5 +47,11 @@ using PFN_cuStreamBeginCapture_v10000 = CUresult (*)(CUstream hStream);
 using PFN_cuStreamDestroy_v2000 = CUresult (*)(CUstream hStream);
 using PFN_cuDevicePrimaryCtxRelease_v7000 = CUresult (*)(CUdevice dev);
 using PFN_cuDevicePrimaryCtxReset_v7000 = CUresult (*)(CUdevice dev);
+// cuGraphInstantiate before CUDA 12 renamed it to cuGraphInstantiateWithFlags:
+// the error node and log buffer form (bare: 10.0 ABI, _v2: 11.0 ABI).
+using PFN_cuGraphInstantiate_v10000 = CUresult (*)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                   CUgraphNode* phErrorNode, char* logBuffer,
+                                                   size_t bufferSize);
+using PFN_cuGraphInstantiate_v11000 = PFN_cuGraphInstantiate_v10000;
 
 }  // namespace cushare::shim::legacy

@@ -56,6 +56,15 @@ def export_names(base, entry):
             yield v, variant, f"{stem}_{variant}"
 
 
+# Public names CUDA 12 gave to another entry point (cuda.h: #define
+# cuGraphInstantiate cuGraphInstantiateWithFlags, the 3-argument ABI). From
+# that version on the driver resolves the name to the new function;
+# cudaTypedefs.h lists only the old 5-argument ABIs under the old name, so a
+# CUDA 12 caller asking for "cuGraphInstantiate" would otherwise get a wrapper
+# of the wrong signature.
+RENAMED = [("cuGraphInstantiate", 12000, "default", "cuGraphInstantiateWithFlags")]
+
+
 def main(argv):
     if len(argv) < 4 or (argv[2] != "--check-exports" and len(argv) < 5):
         sys.stderr.write(__doc__)
@@ -66,6 +75,7 @@ def main(argv):
     for base in sorted(table):
         for version, variant, name in export_names(base, table[base]):
             rows.append((base, version, variant, name))
+    rows += [r for r in RENAMED if r[0] in table]
     if len(rows) < 100:
         sys.stderr.write(f"gen_proc_table: only {len(rows)} PFN types found in {argv[1]}\n")
         return 1

@@ -110,7 +110,11 @@ void graph_instantiated(CUgraphExec exec, CUgraph graph) noexcept {
   try {
     std::lock_guard lock(needs_mutex());
     auto it = graph_needs().find(graph);
-    if (it != graph_needs().end()) exec_needs()[exec] = it->second;
+    if (it != graph_needs().end()) {
+      exec_needs()[exec] = it->second;
+    } else {
+      exec_needs().erase(exec);  // a destroyed executable's handle, reused
+    }
   } catch (...) {
   }
 }
@@ -127,7 +131,7 @@ bool graph_launch_reserve(const AllocationState& st, CUgraphExec exec,
     need = it->second;
   }
   CUdevice dev = -1;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0 || gpu >= shm::kMaxGpus || static_cast<unsigned>(dev) >= kMaxDevices) return true;
   std::uint64_t have = 0;
   {
@@ -142,7 +146,7 @@ bool graph_launch_reserve(const AllocationState& st, CUgraphExec exec,
 
 void graph_memory_settle(const AllocationState& st, std::uint64_t reserved) noexcept {
   CUdevice dev = -1;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (reserved) release(st, gpu, reserved);
   if (!g_expected.load(std::memory_order_acquire) || dev < 0) return;
   settle_device(st, dev, /*may_trim=*/true);

@@ -1,6 +1,8 @@
 // cuInit (where the shim initialises: after the real cuInit succeeded, never
 // before, and never calling cuInit itself) and the context lifecycle hooks
 // that charge context overhead.
+#include <mutex>
+
 #include "shim/context_overhead.hpp"
 #include "shim/hook_decls.hpp"
 #include "shim/hook_support.hpp"
@@ -17,13 +19,23 @@ extern "C" CUresult cuInit(unsigned int Flags) {
 
 namespace {
 
+// Context creation is rare and slow in the driver: one at a time per process,
+// so the NVML samples around each one see that one alone.
+std::mutex& creation_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+// Reserve the context's expected overhead, create, settle on what it took.
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
-  if (!context_fits(st, dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard serial(creation_mutex());
+  ContextReservation reservation(st, dev);
+  if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const MemorySample before = sample_memory(dev);
   const CUresult rc = call();
-  if (rc != CUDA_SUCCESS || !pctx) return rc;
-  context_created(st, *pctx, dev, before, sample_memory(dev));
+  if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
+  reservation.created(*pctx, before, sample_memory(dev));
   return rc;
 }
 
@@ -101,12 +113,19 @@ CUresult primary_release(CUdevice dev, Call&& call) {
 extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   const RealDriver& r = real();
   CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
-  if (primary_active(dev)) return r.cuDevicePrimaryCtxRetain(pctx, dev);
-  if (!context_fits(*st, dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard serial(creation_mutex());
+  if (primary_active(dev)) {
+    // Active already: retained before (charged then), or made through the
+    // runtime's private path (charged now, the first time the shim sees it).
+    charge_unseen_primary(*st, dev);
+    return r.cuDevicePrimaryCtxRetain(pctx, dev);
+  }
+  ContextReservation reservation(*st, dev);
+  if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const MemorySample before = sample_memory(dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  context_created(*st, nullptr, dev, before, sample_memory(dev));
+  reservation.created(nullptr, before, sample_memory(dev));
   return rc;
 }
 

@@ -40,6 +40,12 @@ CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
   return rc;
 }
 
+// After any instantiation: the executable inherits the graph's memory needs.
+CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
+  if (rc == CUDA_SUCCESS && exec) graph_instantiated(*exec, graph);
+  return rc;
+}
+
 template <class Call>
 CUresult begin_capture(CUstream stream, Call&& call) {
   const CUresult rc = call();
@@ -168,28 +174,48 @@ extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGr
   return rc;
 }
 
+// Every instantiation, the pre-12.0 ABIs too (cudaVersion 10000 and 11000
+// through cuGetProcAddress, or binaries linked against an older libcuda):
+// the executable inherits the graph's memory needs, so that its launches
+// reserve before they run.
+extern "C" CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                       CUgraphNode* phErrorNode, char* logBuffer,
+                                       size_t bufferSize) {
+  const RealDriver& r = real();
+  if (!r.cuGraphInstantiate) return CUDA_ERROR_NOT_FOUND;
+  return instantiated(r.cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+                      phGraphExec, hGraph);
+}
+
+extern "C" CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                          CUgraphNode* phErrorNode, char* logBuffer,
+                                          size_t bufferSize) {
+  const RealDriver& r = real();
+  if (!r.cuGraphInstantiate_v2) return CUDA_ERROR_NOT_FOUND;
+  return instantiated(
+      r.cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), phGraphExec,
+      hGraph);
+}
+
 extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                 unsigned long long flags) {
   const RealDriver& r = real();
-  const CUresult rc = r.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
-  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
-  return rc;
+  return instantiated(r.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), phGraphExec,
+                      hGraph);
 }
 
 extern "C" CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                  CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   const RealDriver& r = real();
-  const CUresult rc = r.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
-  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
-  return rc;
+  return instantiated(r.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams),
+                      phGraphExec, hGraph);
 }
 
 extern "C" CUresult cuGraphInstantiateWithParams_ptsz(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   const RealDriver& r = real();
-  const CUresult rc = r.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams);
-  if (rc == CUDA_SUCCESS && phGraphExec) graph_instantiated(*phGraphExec, hGraph);
-  return rc;
+  return instantiated(r.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams),
+                      phGraphExec, hGraph);
 }
 
 extern "C" CUresult cuStreamBeginCapture(CUstream hStream) {

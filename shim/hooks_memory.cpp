@@ -3,6 +3,7 @@
 // record pointer -> charge; frees look the pointer up, forward, and release
 // what was charged. Pointers the shim never charged (imports, IPC, external
 // and graph memory) pass through untouched.
+#include "shim/allocation_granularity.hpp"
 #include "shim/hook_decls.hpp"
 #include "shim/hook_support.hpp"
 #include "shim/memory_accounting.hpp"
@@ -16,10 +17,11 @@ namespace {
 constexpr std::uint64_t kPitchBound = 512;
 
 template <class Ptr, class Call>
-CUresult charged_alloc(const AllocationState& st, const char* api, Ptr* dptr, std::uint64_t bytes,
-                       ChargeKind kind, Call&& call) noexcept {
+CUresult charged_alloc(const AllocationState& st, const char* api, Ptr* dptr,
+                       std::uint64_t requested, ChargeKind kind, Call&& call) noexcept {
+  const std::uint64_t bytes = charged_size(requested);
   CUdevice dev;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (!reserve(st, gpu, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = call();
@@ -55,16 +57,20 @@ template <class Ptr, class Size, class Call>
 CUresult charged_pitch_alloc(const AllocationState& st, const char* api, Ptr* dptr, Size* pitch,
                              std::uint64_t width, std::uint64_t height, Call&& call) noexcept {
   CUdevice dev;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const std::uint64_t bound = (width + kPitchBound - 1) / kPitchBound * kPitchBound * height;
+  const std::uint64_t bound = charged_size(saturating_product(
+      width > UINT64_MAX - kPitchBound ? UINT64_MAX
+                                       : (width + kPitchBound - 1) / kPitchBound * kPitchBound,
+      height));
   if (!reserve(st, gpu, bound, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS) {
     release(st, gpu, bound);
     return rc;
   }
-  const std::uint64_t actual = static_cast<std::uint64_t>(*pitch) * height;
+  const std::uint64_t actual =
+      charged_size(saturating_product(static_cast<std::uint64_t>(*pitch), height));
   if (actual < bound) {
     release(st, gpu, bound - actual);
   } else if (actual > bound && !reserve(st, gpu, actual - bound, api)) {

@@ -1,15 +1,20 @@
-// Virtual memory management (cuMemCreate / cuMemRelease) and CUDA arrays.
+// Virtual memory management (cuMemCreate, cuMemRelease, cuMemMap,
+// cuMemUnmap, cuMemRetainAllocationHandle, cuMemMapArrayAsync) and CUDA
+// arrays.
 //  - cuMemCreate is charged only for device locations, on the device named
-//    by prop->location.id (never the current context: HAMi-core#187), and
-//    keyed by the allocation handle. Imports and retained handles
-//    (cuMemImportFromShareableHandle, cuMemRetainAllocationHandle) are not
-//    charged, so their cuMemRelease finds nothing and passes through.
+//    by prop->location.id (never the current context's). The charge stays
+//    until the allocation is both released and unmapped
+//    (vmm_accounting.hpp). Imports (cuMemImportFromShareableHandle) are not
+//    charged, so their release and mappings pass through; a retained handle
+//    is one more reference to an allocation that is already charged.
 //  - Arrays reserve an estimate from the descriptor, then settle on the
 //    driver's own figure (cuArrayGetMemoryRequirements /
 //    cuMipmappedArrayGetMemoryRequirements).
+#include "shim/context_overhead.hpp"
 #include "shim/hook_decls.hpp"
 #include "shim/hook_support.hpp"
 #include "shim/memory_accounting.hpp"
+#include "shim/vmm_accounting.hpp"
 
 namespace cushare::shim {
 namespace {
@@ -48,7 +53,7 @@ CUresult charged_array(const AllocationState& st, const char* api, Handle* handl
                        std::uint64_t estimate, Create&& create, Size&& real_size,
                        Destroy&& destroy) noexcept {
   CUdevice dev;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (!reserve(st, gpu, estimate, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = create();
@@ -108,14 +113,18 @@ extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t siz
   if (!handle || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return r.cuMemCreate(handle, size, prop, flags);
   const unsigned gpu = gpu_index_of_device(*st, prop->location.id);
+  note_device_use(*st, prop->location.id);
   if (!reserve(*st, gpu, size, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = r.cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) {
     release(*st, gpu, size);
     return rc;
   }
-  vmm_handles().insert(*handle,
-                       Charge{size, static_cast<std::uint8_t>(gpu), ChargeKind::kVmmHandle, 0});
+  if (!vmm_created(*handle, gpu, size)) {
+    r.cuMemRelease(*handle);  // untracked memory would escape the quota
+    release(*st, gpu, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return rc;
 }
 
@@ -123,18 +132,47 @@ extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   const RealDriver& r = real();
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemRelease(handle);
-  // Physical memory lives on until the last mapping goes too; returning the
-  // quota at release is the documented approximation (docs/shim.md).
-  auto charge = vmm_handles().take(handle);
-  const CUresult rc = r.cuMemRelease(handle);
-  if (charge) {
-    if (rc == CUDA_SUCCESS) {
-      release(*st, charge->gpu, charge->bytes);
-    } else {
-      vmm_handles().insert(handle, *charge);
-    }
-  }
-  return rc;
+  return vmm_release(*st, handle);
+}
+
+extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                             CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  const RealDriver& r = real();
+  if (!r.cuMemMap) return CUDA_ERROR_NOT_FOUND;
+  const AllocationState* st = allocation_state();
+  if (!st) return r.cuMemMap(ptr, size, offset, handle, flags);
+  return vmm_map(*st, ptr, size, offset, handle, flags);
+}
+
+extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  const RealDriver& r = real();
+  if (!r.cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
+  const AllocationState* st = allocation_state();
+  if (!st) return r.cuMemUnmap(ptr, size);
+  return vmm_unmap(*st, ptr, size);
+}
+
+extern "C" CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  const RealDriver& r = real();
+  if (!r.cuMemRetainAllocationHandle) return CUDA_ERROR_NOT_FOUND;
+  if (!allocation_state()) return r.cuMemRetainAllocationHandle(handle, addr);
+  return vmm_retain(handle, addr);
+}
+
+extern "C" CUresult cuMemMapArrayAsync(CUarrayMapInfo* mapInfoList, unsigned int count,
+                                       CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuMemMapArrayAsync) return CUDA_ERROR_NOT_FOUND;
+  if (!allocation_state()) return r.cuMemMapArrayAsync(mapInfoList, count, hStream);
+  return vmm_map_array(mapInfoList, count, hStream, false);
+}
+
+extern "C" CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigned int count,
+                                            CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuMemMapArrayAsync_ptsz) return CUDA_ERROR_NOT_FOUND;
+  if (!allocation_state()) return r.cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
+  return vmm_map_array(mapInfoList, count, hStream, true);
 }
 
 extern "C" CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {

@@ -12,6 +12,7 @@
 #include "shim/graph_accounting.hpp"
 #include "shim/logging.hpp"
 #include "shim/pool_accounting.hpp"
+#include "shim/vmm_accounting.hpp"
 #include "shm/proc_identity.hpp"
 #include "shm/process_slots.hpp"
 
@@ -19,7 +20,6 @@ namespace cushare::shim {
 namespace {
 
 constinit PointerTable g_device_pointers;
-constinit PointerTable g_vmm_handles;
 constinit PointerTable g_array_handles;
 
 std::uint64_t unix_ns() {
@@ -33,18 +33,15 @@ std::uint64_t unix_ns() {
 PointerTable& device_pointers() noexcept {
   return g_device_pointers;
 }
-PointerTable& vmm_handles() noexcept {
-  return g_vmm_handles;
-}
 PointerTable& array_handles() noexcept {
   return g_array_handles;
 }
 
 void run_fork_child_hooks() noexcept {
   g_device_pointers.reset_after_fork();
-  g_vmm_handles.reset_after_fork();
   g_array_handles.reset_after_fork();
   pool_reset_after_fork();
+  vmm_reset_after_fork();
   context_reset_after_fork();
   graph_reset_after_fork();
 }

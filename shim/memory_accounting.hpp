@@ -15,8 +15,6 @@ namespace cushare::shim {
 
 // Device pointers the shim charged (cuMemAlloc*, pitch, managed, async).
 PointerTable& device_pointers() noexcept;
-// VMM allocation handles (cuMemCreate).
-PointerTable& vmm_handles() noexcept;
 // CUarray and CUmipmappedArray handles.
 PointerTable& array_handles() noexcept;
 

@@ -1,14 +1,17 @@
 // Stream-ordered allocation hooks and pool accounting (pool_accounting.hpp).
-// Each memory pool the process allocates from has a record with the bytes
-// charged for it; after every allocation the pool's
+// Each memory pool the process allocates from has a record (pool_table.hpp)
+// with the bytes charged for it; after every allocation the pool's
 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT is read and the difference charged
 // or returned. The allocation itself reserves its size first (an upper bound
 // on the growth it can cause, for the usual granularities), so racing
 // processes cannot jointly exceed the quota; the rare growth above that
 // bound is reserved after the fact or the allocation is undone.
+//
+// A pool without a record would keep memory the quota never sees, so a pool
+// that does not fit the table is refused: at cuMemPoolCreate, or at its
+// first allocation (a device's default pool, a pool made through a path the
+// shim does not hook).
 #include "shim/pool_accounting.hpp"
-
-#include <atomic>
 
 #include "shim/capture_tracker.hpp"
 #include "shim/graph_accounting.hpp"
@@ -16,84 +19,68 @@
 #include "shim/hook_support.hpp"
 #include "shim/logging.hpp"
 #include "shim/memory_accounting.hpp"
+#include "shim/pool_table.hpp"
 #include "shm/quota_ledger.hpp"
 
 namespace cushare::shim {
 namespace {
 
-constexpr unsigned kMaxPools = 256;
-
-struct PoolRecord {
-  std::atomic<std::uintptr_t> pool{0};  // CUmemoryPool; 0 = free entry
-  std::atomic<bool> locked{false};
-  std::uint8_t gpu = 0;
-  std::uint64_t charged = 0;  // bytes of the quota this pool holds
-
-  void lock() noexcept {
-    while (locked.exchange(true, std::memory_order_acquire)) {
-    }
-  }
-  void unlock() noexcept { locked.store(false, std::memory_order_release); }
-};
-
-constinit PoolRecord g_pools[kMaxPools];
-
-std::uintptr_t key_of(CUmemoryPool pool) {
-  return reinterpret_cast<std::uintptr_t>(pool);
-}
-
-// Record index of `pool`, adding it (on `gpu`) if new; kMaxPools if full.
-unsigned find_or_add(CUmemoryPool pool, unsigned gpu) noexcept {
-  const auto key = key_of(pool);
-  for (unsigned i = 0; i < kMaxPools; ++i)
-    if (g_pools[i].pool.load(std::memory_order_acquire) == key) return i;
-  for (unsigned i = 0; i < kMaxPools; ++i) {
-    std::uintptr_t expected = 0;
-    auto& rec = g_pools[i];
-    rec.lock();
-    if (rec.pool.compare_exchange_strong(expected, key, std::memory_order_acq_rel)) {
-      rec.gpu = static_cast<std::uint8_t>(gpu);
-      rec.charged = 0;
-      rec.unlock();
-      return i;
-    }
-    rec.unlock();
-    if (expected == key) return i;
-  }
-  return kMaxPools;
-}
-
-unsigned find(CUmemoryPool pool) noexcept {
-  const auto key = key_of(pool);
-  for (unsigned i = 0; i < kMaxPools; ++i)
-    if (g_pools[i].pool.load(std::memory_order_acquire) == key) return i;
-  return kMaxPools;
-}
-
-bool reserved_now(CUmemoryPool pool, std::uint64_t& out) noexcept {
+CUresult reserved_now(CUmemoryPool pool, std::uint64_t& out) noexcept {
   cuuint64_t v = 0;
-  const RealDriver& r = real();
-  if (!r.cuMemPoolGetAttribute ||
-      r.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
-    return false;
-  out = v;
-  return true;
+  const CUresult rc = real().cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+  if (rc == CUDA_SUCCESS) out = v;
+  return rc;
 }
 
 // Brings the charge of record `i` down to the pool's reservation if it
 // shrank (frees, trims). Growth is charged only by allocations.
 void settle_shrink(const AllocationState& st, unsigned i) noexcept {
-  auto& rec = g_pools[i];
-  const auto key = rec.pool.load(std::memory_order_acquire);
-  if (!key) return;
+  auto& rec = pool_record(i);
+  const auto key = rec.key.load(std::memory_order_acquire);
+  if (key <= PoolRecord::kRetiredKey) return;
   std::uint64_t now = 0;
-  if (!reserved_now(reinterpret_cast<CUmemoryPool>(key), now)) return;
+  if (reserved_now(reinterpret_cast<CUmemoryPool>(key), now) != CUDA_SUCCESS) return;
   rec.lock();
-  if (now < rec.charged) {
+  if (rec.key.load(std::memory_order_relaxed) == key && now < rec.charged) {
     release(st, rec.gpu, rec.charged - now);
     rec.charged = now;
   }
   rec.unlock();
+}
+
+// With the lock held: a destroyed pool's memory goes with its last pointer.
+void release_if_unused_locked(const AllocationState& st, PoolRecord& rec) noexcept {
+  if (!retired_and_unused_locked(rec)) return;
+  release(st, rec.gpu, rec.charged);
+  free_pool_record_locked(rec);
+}
+
+// A pointer of record `i` was freed.
+void pointer_gone(const AllocationState& st, unsigned i) noexcept {
+  auto& rec = pool_record(i);
+  rec.lock();
+  if (rec.outstanding) --rec.outstanding;
+  const bool retired = rec.key.load(std::memory_order_relaxed) == PoolRecord::kRetiredKey;
+  release_if_unused_locked(st, rec);
+  rec.unlock();
+  if (!retired) settle_shrink(st, i);
+}
+
+// An allocation counted in flight on record `i` ended without a pointer.
+void inflight_done(const AllocationState& st, unsigned i) noexcept {
+  auto& rec = pool_record(i);
+  rec.lock();
+  rec.inflight.fetch_sub(1, std::memory_order_acq_rel);
+  release_if_unused_locked(st, rec);
+  rec.unlock();
+}
+
+void log_table_full(const char* api) noexcept {
+  log().error(
+      "{} refused: this process already has {} memory pools, the most the memory quota can "
+      "account (destroyed pools count until their last allocation is freed); returning "
+      "CUDA_ERROR_OUT_OF_MEMORY",
+      api, kMaxPools);
 }
 
 template <class Call>
@@ -108,30 +95,61 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   }
   if (!dptr || bytes == 0) return call();
   CUdevice dev;
-  const unsigned gpu = current_gpu_index(st, dev);
+  const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
   const RealDriver& r = real();
-  if (!pool && (!r.cuDeviceGetMemPool || r.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS))
-    pool = nullptr;
-  std::uint64_t before = 0;
-  const unsigned idx = pool && reserved_now(pool, before) ? find_or_add(pool, gpu) : kMaxPools;
 
-  if (!reserve(st, gpu, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUresult rc = call();
-  if (rc != CUDA_SUCCESS) {
-    release(st, gpu, bytes);
-    return rc;
-  }
-  std::uint64_t after = 0;
-  if (idx == kMaxPools || !reserved_now(pool, after)) {
-    // No pool attributes: charge this pointer's size like cuMemAlloc.
+  if (!r.cuMemPoolGetAttribute || (!pool && !r.cuDeviceGetMemPool)) {
+    // A driver without pool attributes: charge this pointer like cuMemAlloc.
+    if (!reserve(st, gpu, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult rc = call();
+    if (rc != CUDA_SUCCESS) {
+      release(st, gpu, bytes);
+      return rc;
+    }
     device_pointers().insert(
         *dptr, Charge{bytes, static_cast<std::uint8_t>(gpu), ChargeKind::kAsyncDirect, 0});
     return rc;
   }
-  auto& rec = g_pools[idx];
+  if (!pool) {
+    if (const CUresult e = r.cuDeviceGetMemPool(&pool, dev); e != CUDA_SUCCESS) return e;
+  }
+  // A pool the driver does not know gets no record.
+  std::uint64_t before = 0;
+  if (const CUresult e = reserved_now(pool, before); e != CUDA_SUCCESS) return e;
+  const unsigned idx = find_or_add_pool(pool, gpu);
+  if (idx == kNoPool) {
+    log_table_full(api);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto& rec = pool_record(idx);
+  rec.inflight.fetch_add(1, std::memory_order_acq_rel);
+
+  if (!reserve(st, gpu, bytes, api)) {
+    inflight_done(st, idx);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    release(st, gpu, bytes);
+    inflight_done(st, idx);
+    return rc;
+  }
+  // Unreadable: destroyed meanwhile; the whole reservation stays with the pool.
+  std::uint64_t after = 0;
+  const bool readable = reserved_now(pool, after) == CUDA_SUCCESS;
   rec.lock();
-  const std::uint64_t growth = after > rec.charged ? after - rec.charged : 0;
+  rec.inflight.fetch_sub(1, std::memory_order_acq_rel);
+  if (rec.key.load(std::memory_order_relaxed) != reinterpret_cast<std::uintptr_t>(pool)) {
+    // Destroyed (and its record settled) while the driver allocated: undone,
+    // so the driver frees the pool as the ledger already did.
+    release_if_unused_locked(st, rec);
+    rec.unlock();
+    r.cuMemFreeAsync(*dptr, stream);
+    release(st, gpu, bytes);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::uint64_t growth = !readable ? bytes : (after > rec.charged ? after - rec.charged : 0);
   bool refused = false;
   if (growth <= bytes) {
     release(st, gpu, bytes - growth);
@@ -141,7 +159,8 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   }
   if (!refused) {
     rec.charged += growth;
-    if (after < rec.charged) {  // shrank meanwhile (a trim or a release elsewhere)
+    ++rec.outstanding;
+    if (readable && after < rec.charged) {  // shrank meanwhile (a trim or a release elsewhere)
       release(st, rec.gpu, rec.charged - after);
       rec.charged = after;
     }
@@ -178,48 +197,47 @@ CUresult async_free(CUdeviceptr dptr, CUstream stream, Call&& call) noexcept {
 }  // namespace
 
 void pool_pointer_freed(const AllocationState& st, const Charge& charge) noexcept {
-  if (charge.aux < kMaxPools) settle_shrink(st, charge.aux);
+  if (charge.aux < kMaxPools) pointer_gone(st, charge.aux);
 }
 
-void pool_created(const AllocationState& st, CUmemoryPool pool,
+bool pool_created(const AllocationState& st, CUmemoryPool pool,
                   const CUmemPoolProps& props) noexcept {
-  if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return true;
   const unsigned gpu = gpu_index_of_device(st, props.location.id);
-  if (gpu < shm::kMaxGpus) find_or_add(pool, gpu);
+  return gpu >= shm::kMaxGpus || find_or_add_pool(pool, gpu) != kNoPool;
 }
 
 void pool_destroyed(const AllocationState& st, CUmemoryPool pool) noexcept {
-  const unsigned i = find(pool);
-  if (i == kMaxPools) return;
-  auto& rec = g_pools[i];
+  const unsigned i = find_pool(pool);
+  if (i == kNoPool) return;
+  auto& rec = pool_record(i);
   rec.lock();
-  release(st, rec.gpu, rec.charged);
-  rec.charged = 0;
-  rec.pool.store(0, std::memory_order_release);
+  if (rec.key.load(std::memory_order_relaxed) == reinterpret_cast<std::uintptr_t>(pool)) {
+    // The driver frees a destroyed pool once its last allocation is freed.
+    rec.key.store(PoolRecord::kRetiredKey, std::memory_order_release);
+    release_if_unused_locked(st, rec);
+  }
   rec.unlock();
 }
 
 void pool_trimmed(const AllocationState& st, CUmemoryPool pool) noexcept {
-  const unsigned i = find(pool);
-  if (i != kMaxPools) settle_shrink(st, i);
+  const unsigned i = find_pool(pool);
+  if (i != kNoPool) settle_shrink(st, i);
 }
 
 void trim_pools(const AllocationState& st, unsigned gpu) noexcept {
   const RealDriver& r = real();
   for (unsigned i = 0; i < kMaxPools; ++i) {
-    const auto key = g_pools[i].pool.load(std::memory_order_acquire);
-    if (!key || g_pools[i].gpu != gpu) continue;
+    auto& rec = pool_record(i);
+    const auto key = rec.key.load(std::memory_order_acquire);
+    if (key <= PoolRecord::kRetiredKey || rec.gpu != gpu) continue;
     if (r.cuMemPoolTrimTo) r.cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(key), 0);
     settle_shrink(st, i);
   }
 }
 
 void pool_reset_after_fork() noexcept {
-  for (auto& rec : g_pools) {
-    rec.pool.store(0, std::memory_order_relaxed);
-    rec.locked.store(false, std::memory_order_relaxed);
-    rec.charged = 0;
-  }
+  pool_table_reset_after_fork();
 }
 
 }  // namespace cushare::shim
@@ -271,9 +289,13 @@ extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
 extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   const RealDriver& r = real();
   const CUresult rc = r.cuMemPoolCreate(pool, poolProps);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS && pool && poolProps)
-    pool_created(*st, *pool, *poolProps);
-  return rc;
+  const AllocationState* st = allocation_state();
+  if (!st || rc != CUDA_SUCCESS || !pool || !poolProps || pool_created(*st, *pool, *poolProps))
+    return rc;
+  r.cuMemPoolDestroy(*pool);  // holds nothing yet
+  *pool = nullptr;
+  log_table_full("cuMemPoolCreate");
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {

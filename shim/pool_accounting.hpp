@@ -17,7 +17,9 @@ namespace cushare::shim {
 void pool_pointer_freed(const AllocationState& st, const Charge& charge) noexcept;
 
 // Pool lifecycle hooks (the wrappers live in pool_accounting.cpp).
-void pool_created(const AllocationState& st, CUmemoryPool pool,
+// pool_created: false when the pool cannot be tracked (the table is full):
+// the caller destroys it and refuses.
+bool pool_created(const AllocationState& st, CUmemoryPool pool,
                   const CUmemPoolProps& props) noexcept;
 void pool_destroyed(const AllocationState& st, CUmemoryPool pool) noexcept;
 void pool_trimmed(const AllocationState& st, CUmemoryPool pool) noexcept;

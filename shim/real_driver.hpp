@@ -40,6 +40,11 @@ namespace cushare::shim {
   X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020)                                             \
   X(cuMemCreate, PFN_cuMemCreate_v10020)                                                     \
   X(cuMemRelease, PFN_cuMemRelease_v10020)                                                   \
+  X(cuMemMap, PFN_cuMemMap_v10020)                                                           \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                                       \
+  X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000)                     \
+  X(cuMemMapArrayAsync, PFN_cuMemMapArrayAsync_v11010)                                       \
+  X(cuMemMapArrayAsync_ptsz, PFN_cuMemMapArrayAsync_v11010_ptsz)                             \
   X(cuArrayCreate, ::cushare::shim::legacy::PFN_cuArrayCreate_v2000)                         \
   X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)                                               \
   X(cuArray3DCreate, ::cushare::shim::legacy::PFN_cuArray3DCreate_v2000)                     \
@@ -74,6 +79,8 @@ namespace cushare::shim {
   X(cuGraphUpload, PFN_cuGraphUpload_v11010)                                                 \
   X(cuGraphUpload_ptsz, PFN_cuGraphUpload_v11010_ptsz)                                       \
   X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040)                               \
+  X(cuGraphInstantiate, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v10000)              \
+  X(cuGraphInstantiate_v2, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v11000)           \
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)                     \
   X(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000)                   \
   X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz)         \
@@ -95,6 +102,7 @@ namespace cushare::shim {
   X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                                      \
   X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                                            \
   X(cuDeviceGetUuid_v2, PFN_cuDeviceGetUuid_v11040)                                          \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                                    \
   X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)                        \
   X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                              \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                              \

@@ -138,7 +138,12 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // scheduler charges a lease from its first launch rather than from the
   // grant, so a slow wake-up (the GPU idle meanwhile) is not charged as use.
   std::atomic<std::uint64_t> resumed_ns;
-  std::uint8_t reserved[16];
+  // The overhead the last context measured on this GPU took (any process of
+  // the allocation): what the next context creation reserves before the
+  // driver call. Written by the allocation's own processes, so it can only
+  // make its own contexts fit worse or better; ground truth is the backstop.
+  std::atomic<std::uint64_t> context_overhead_seen;
+  std::uint8_t reserved[8];
 };
 
 enum class SlotState : std::uint32_t {
@@ -209,5 +214,6 @@ static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
 static_assert(offsetof(GpuUsage, resumed_ns) == 104);
+static_assert(offsetof(GpuUsage, context_overhead_seen) == 112);
 
 }  // namespace cushare::shm

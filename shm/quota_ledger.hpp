@@ -60,6 +60,21 @@ class QuotaLedger {
     slot.overhead[gpu].fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  // Returns up to `bytes` of the slot's overhead (never below zero: the
+  // daemon may have replaced the slot's figure with a smaller measurement
+  // meanwhile). Returns what was returned.
+  std::uint64_t release_overhead(unsigned gpu, ProcessSlot& slot, std::uint64_t bytes) {
+    auto& o = slot.overhead[gpu];
+    std::uint64_t cur = o.load(std::memory_order_relaxed);
+    std::uint64_t take = 0;
+    do {
+      take = cur < bytes ? cur : bytes;
+    } while (!o.compare_exchange_weak(cur, cur - take, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed));
+    total(gpu).fetch_sub(take, std::memory_order_release);
+    return take;
+  }
+
   // Replaces the slot's overhead with a measured value (the daemon's NVML
   // figure replacing the shim's estimate) and moves the total by the
   // difference. Returns the previous value. Like charge_overhead it may push

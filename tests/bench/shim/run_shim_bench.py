@@ -5,7 +5,7 @@ difference (the time the shim adds). The minimum over rounds is used because
 the shared build machines are loaded: interference only ever adds time.
 Figures go to docs/benchmarks.md (## shim).
 
-Usage: run_shim_bench.py <build dir> [--rounds N]
+Usage: run_shim_bench.py <build dir> [--rounds N] [--lib other/libcushare.so]
 """
 import argparse
 import json
@@ -33,9 +33,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--lib", help="the library to preload (default: the build's)")
     a = ap.parse_args()
     bench = os.path.join(a.build, "bin", "shim_bench")
-    lib = os.path.join(a.build, "lib", "libcushare.so")
+    lib = os.path.abspath(a.lib) if a.lib else os.path.join(a.build, "lib", "libcushare.so")
     with tempfile.TemporaryDirectory() as tmp:
         base = dict(os.environ)
         base.update({"LD_LIBRARY_PATH": os.path.join(a.build, "fakegpu"),

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 namespace {
 
@@ -35,6 +36,51 @@ void BM_AllocFreePair(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_AllocFreePair)->Arg(1 << 20);
+
+// Stream-ordered allocation from the device's default pool: the pool keeps
+// the memory, so after the first round the driver only hands it out again.
+void BM_AllocAsyncFreePair(benchmark::State& state) {
+  setup();
+  cuCtxSetCurrent(g_ctx);
+  CUstream s = nullptr;
+  cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  const size_t size = static_cast<size_t>(state.range(0));
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (cuMemAllocAsync(&p, size, s) != CUDA_SUCCESS) state.SkipWithError("cuMemAllocAsync failed");
+    cuMemFreeAsync(p, s);
+  }
+  cuStreamSynchronize(s);
+  cuStreamDestroy(s);
+}
+BENCHMARK(BM_AllocAsyncFreePair)->Arg(1 << 20);
+
+// From the last of `range(0)` pools: the shim finds that pool's record among
+// as many others.
+void BM_AllocFromPoolFreePair(benchmark::State& state) {
+  setup();
+  cuCtxSetCurrent(g_ctx);
+  CUstream s = nullptr;
+  cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  std::vector<CUmemoryPool> pools(static_cast<size_t>(state.range(0)));
+  for (auto& pool : pools) {
+    if (cuMemPoolCreate(&pool, &props) != CUDA_SUCCESS) state.SkipWithError("cuMemPoolCreate");
+  }
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (cuMemAllocFromPoolAsync(&p, 1 << 20, pools.back(), s) != CUDA_SUCCESS)
+      state.SkipWithError("cuMemAllocFromPoolAsync failed");
+    cuMemFreeAsync(p, s);
+  }
+  cuStreamSynchronize(s);
+  for (auto pool : pools) cuMemPoolDestroy(pool);
+  cuStreamDestroy(s);
+}
+BENCHMARK(BM_AllocFromPoolFreePair)->Arg(1)->Arg(200);
 
 void BM_PassThroughCtxGetDevice(benchmark::State& state) {
   setup();

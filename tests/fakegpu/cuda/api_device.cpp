@@ -434,6 +434,14 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// The CUDA runtime retains and makes current the primary context through a
+// private interface of the driver (an export table), so an interposer of the
+// public API sees no call that creates it. fakegpu exports that path under a
+// name no interposer hooks, for the tests that must meet such a context.
+FAKEGPU_API CUresult fakegpuPrivatePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
 FAKEGPU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();

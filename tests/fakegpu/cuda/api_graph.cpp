@@ -33,6 +33,9 @@ struct GraphExec {
   int device = -1;
   uint64_t peak_bytes = 0;
   uint64_t unfreed_bytes = 0;
+  std::map<uint64_t, uint64_t> unfreed;  // address -> bytes: left for the program to free
+  bool auto_free = false;                // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+  bool launched = false;                 // before: its addresses are capture placeholders
 };
 
 }  // namespace fakegpu
@@ -138,7 +141,7 @@ CUresult capture_info(CUstream hStream, CUstreamCaptureStatus* status, cuuint64_
   return CUDA_SUCCESS;
 }
 
-CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
+CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Graph* g = as_graph(hGraph);
   if (phGraphExec == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -146,6 +149,11 @@ CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
   exec->device = g->device;
   exec->peak_bytes = g->peak_bytes;
   exec->unfreed_bytes = g->unfreed_bytes;
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    exec->unfreed = g->allocs;
+  }
+  exec->auto_free = (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
   for (GraphNode* n : g->nodes) {
     if (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
         n->type == CU_GRAPH_NODE_TYPE_MEMSET) {
@@ -156,6 +164,41 @@ CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
   return CUDA_SUCCESS;
 }
 
+// A launch allocates the graph's unfreed allocations again, at the addresses
+// fixed at capture: those of the previous launch must have been freed by
+// then, unless the graph frees them itself on launch (auto-free).
+CUresult take_back_unfreed(GraphExec* exec) {
+  Driver& d = driver();
+  uint64_t freed = 0;
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    for (const auto& [base, bytes] : exec->unfreed) {
+      auto it = d.regions.find(base);
+      if (it == d.regions.end() || !exec->launched) continue;
+      if (!exec->auto_free) return CUDA_ERROR_INVALID_VALUE;
+      freed += it->second.size;
+      d.regions.erase(it);
+    }
+  }
+  if (freed) graph_memory_freed(exec->device, freed);
+  return CUDA_SUCCESS;
+}
+
+void place_unfreed(GraphExec* exec) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(d.mu);
+  for (const auto& [base, bytes] : exec->unfreed) {
+    Region r;
+    r.size = bytes;
+    r.kind = RegionKind::graph;
+    r.device = exec->device;
+    r.owns_va = false;  // the address belongs to the graph, for every launch
+    r.backing = std::make_shared<Backing>();
+    r.backing->size = bytes;
+    d.regions[base] = std::move(r);
+  }
+}
+
 CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   GraphExec* exec = as_exec(hGraphExec);
@@ -163,10 +206,13 @@ CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   if (exec->peak_bytes && s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (CUresult r = take_back_unfreed(exec); r != CUDA_SUCCESS) return r;
     if (CUresult r = reserve_graph_memory(exec->device, exec->peak_bytes, exec->unfreed_bytes);
         r != CUDA_SUCCESS) {
       return r;
     }
+    place_unfreed(exec);
+    exec->launched = true;
   }
   for (uint64_t ns : exec->kernels) {
     CUresult r = s->capture != CU_STREAM_CAPTURE_STATUS_NONE ? capture_kernel(s, ns)
@@ -200,12 +246,15 @@ CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
   if (g->device >= 0 && g->device != s->ctx->device) return CUDA_ERROR_NOT_SUPPORTED;
   g->device = s->ctx->device;
   const uint64_t granules = (bytes + kGraphGranule - 1) / kGraphGranule * kGraphGranule;
+  // The address is fixed now, and valid for the captured work; the memory
+  // exists from the launch on.
   const uint64_t base = va_alloc(granules, kGraphGranule);
   if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   Region r;
   r.size = granules;
   r.kind = RegionKind::graph;
   r.device = g->device;
+  r.owns_va = false;  // the graph's, for every launch
   r.backing = std::make_shared<Backing>();
   r.backing->size = granules;
   d.regions[base] = std::move(r);
@@ -381,13 +430,12 @@ FAKEGPU_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type
 
 FAKEGPU_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                  unsigned long long flags) {
-  (void)flags;
-  return instantiate(phGraphExec, hGraph);
+  return instantiate(phGraphExec, hGraph, flags);
 }
 
 FAKEGPU_API CUresult cuGraphInstantiateWithParams(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
-  CUresult r = instantiate(phGraphExec, hGraph);
+  CUresult r = instantiate(phGraphExec, hGraph, instantiateParams ? instantiateParams->flags : 0);
   if (instantiateParams)
     instantiateParams->result_out =
         r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;

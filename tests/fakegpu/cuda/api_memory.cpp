@@ -13,8 +13,16 @@ using namespace fakegpu;
 namespace {
 
 constexpr uint64_t kAlign = 512;
+constexpr uint64_t kLargePage = 2ull << 20;
 uint64_t round_up(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
+}
+
+// What an allocation takes from the device: 512-byte blocks below 2 MiB (the
+// sub-allocator packs them into shared pages), whole 2 MiB pages from there
+// on, as the driver's allocator does.
+uint64_t device_footprint(uint64_t size) {
+  return round_up(size, size >= kLargePage ? kLargePage : kAlign);
 }
 
 CUresult need_context(Context** out) {
@@ -29,8 +37,9 @@ CUresult need_context(Context** out) {
 // Reserves addresses, charges the device and records the region.
 CUresult allocate_region(uint64_t size, RegionKind kind, int device, CUdeviceptr* out,
                          uint64_t alignment = kAlign) {
-  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t charged = round_up(size, kAlign);
+  if (size == 0 || size > (1ull << 62))
+    return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+  const uint64_t charged = device_footprint(size);
   if (CUresult r = charge_device(device, charged); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::unique_lock<std::mutex> guard(d.mu);
@@ -272,7 +281,8 @@ FAKEGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsig
   }
   // Managed memory is host-accessible: back it with lazily committed host pages.
   // It is charged to the device at allocation (resident-on-touch is not modelled).
-  const uint64_t charged = round_up(bytesize, kAlign);
+  if (bytesize > (1ull << 62)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uint64_t charged = device_footprint(bytesize);
   if (CUresult r = charge_device(c->device, charged); r != CUDA_SUCCESS) return r;
   void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

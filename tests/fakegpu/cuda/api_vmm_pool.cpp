@@ -71,6 +71,7 @@ struct Pool {
   CUmemPoolProps props{};
   int device = 0;
   bool is_default = false;
+  bool destroyed = false;  // by cuMemPoolDestroy while allocations were live
   uint64_t reserved = 0, reserved_high = 0;
   uint64_t used = 0, used_high = 0;
   uint64_t release_threshold = 0;
@@ -106,6 +107,7 @@ Pool* default_pool(int device) {  // caller holds driver().mu
 // Shrinks a pool's reservation to `keep` (never below what is in use).
 // Caller holds driver().mu; returns bytes to give back to the device.
 uint64_t shrink(Pool* p, uint64_t keep) {
+  if (keep >= p->reserved) return 0;  // also UINT64_MAX, the usual "keep everything"
   const uint64_t floor = std::max(round_up(p->used, kGranularity), round_up(keep, kGranularity));
   if (p->reserved <= floor) return 0;
   const uint64_t give = p->reserved - floor;
@@ -192,13 +194,18 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
     } else if (r.kind == RegionKind::async) {
       auto* pool = static_cast<Pool*>(r.pool);
       pool->used -= std::min(pool->used, round_up(r.size, 512));
+      if (pool->destroyed && pool->used == 0) {  // its last allocation: the pool goes
+        uncharge_bytes = pool->reserved;
+        device = pool->device;
+        pool->reserved = 0;
+      }
     } else if (r.kind == RegionKind::device || r.kind == RegionKind::pitch) {
       uncharge_bytes = r.charged;  // cuMemFreeAsync may free cuMemAlloc memory too
       device = r.device;
     } else {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    va_release(dptr, r.size);
+    if (r.owns_va) va_release(dptr, r.size);
     d.regions.erase(it);
   }
   if (uncharge_bytes) uncharge_device(device, uncharge_bytes);
@@ -335,7 +342,9 @@ FAKEGPU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
   auto* h = reinterpret_cast<PhysicalHandle*>(handle);
-  if (!handles().count(h) || flags != 0 || size == 0 || size % kGranularity ||
+  // A released handle names nothing any more, even while its memory is
+  // still mapped elsewhere (cuMemRetainAllocationHandle gives it back).
+  if (!handles().count(h) || h->refs <= 0 || flags != 0 || size == 0 || size % kGranularity ||
       offset % kGranularity || offset + size > h->size) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -367,17 +376,26 @@ FAKEGPU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   std::vector<std::pair<int, uint64_t>> freed;
   {
     std::lock_guard<std::mutex> guard(d.mu);
-    bool any = false;
-    for (auto it = d.regions.lower_bound(ptr); it != d.regions.end() && it->first < ptr + size;) {
-      if (it->second.kind != RegionKind::vmm_map) return CUDA_ERROR_INVALID_VALUE;
+    // The range must be exactly one or more adjacent whole mappings: the
+    // driver cannot unmap a part of one.
+    const uint64_t end = ptr + size;
+    if (size == 0 || end < ptr) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t covered = ptr;
+    auto first = d.regions.lower_bound(ptr);
+    for (auto it = first; covered < end; ++it) {
+      if (it == d.regions.end() || it->first != covered || it->second.kind != RegionKind::vmm_map ||
+          it->first + it->second.size > end) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      covered += it->second.size;
+    }
+    for (auto it = first; it != d.regions.end() && it->first < end;) {
       auto* h = static_cast<PhysicalHandle*>(it->second.pool);
       --h->mappings;
       int device = 0;
       if (uint64_t bytes = maybe_free_physical(h, &device)) freed.emplace_back(device, bytes);
       it = d.regions.erase(it);
-      any = true;
     }
-    if (!any) return CUDA_ERROR_INVALID_VALUE;
   }
   for (auto [device, bytes] : freed) uncharge_device(device, bytes);
   return CUDA_SUCCESS;
@@ -431,13 +449,19 @@ FAKEGPU_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     std::lock_guard<std::mutex> guard(driver().mu);
     Pool* p = as_pool(pool);
     if (p == nullptr || p->is_default) return CUDA_ERROR_INVALID_VALUE;
-    give = p->reserved;  // live allocations keep their addresses but the pool's memory goes
-    device = p->device;
     for (auto& c : current_pools) {
       if (c == p) c = nullptr;
     }
-    pools().erase(p);
-    p->reserved = 0;  // the Pool object stays allocated: regions may still point at it
+    pools().erase(p);  // the handle is gone; the Pool object stays: regions point at it
+    // As documented: with allocations still live the call returns at once
+    // and the pool's memory goes when the last of them is freed.
+    if (p->used > 0) {
+      p->destroyed = true;
+    } else {
+      give = p->reserved;
+      device = p->device;
+      p->reserved = 0;
+    }
   }
   if (give) uncharge_device(device, give);
   return CUDA_SUCCESS;

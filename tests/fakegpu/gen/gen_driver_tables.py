@@ -39,6 +39,13 @@ for base in sorted(entries):
         stem = names[below[-1]] if below else base
         rows.append((base, v, 1, stem + suffix))
 
+# CUDA 12 gave the public name cuGraphInstantiate to the 3-argument
+# cuGraphInstantiateWithFlags (cuda.h's #define); the driver resolves the name
+# to it from that version on, while cudaTypedefs.h lists only the old ABIs.
+if "cuGraphInstantiate" in entries:
+    rows.append(("cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"))
+    rows.sort(key=lambda r: (r[0], r[2], r[1]))
+
 symbols = sorted({r[3] for r in rows})
 if exports is not None:
     missing = [s for s in symbols if s not in exports]

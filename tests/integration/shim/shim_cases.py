@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
+
 GI = 1 << 30
 MI = 1 << 20
 
@@ -117,6 +120,14 @@ class Harness:
     def probe(self, *args, extra=None, expect_rc=0):
         return self.run([self.a.probe, *args], extra, expect_rc)
 
+    def memory_probe(self, *args, extra=None):
+        """memory_path_probe under fakegpu's ground truth, sampled while it runs:
+        (its JSON line, its stderr, the peak device memory used)."""
+        with ct.Sampler(TruthNode(self)) as sampler:
+            out, err = self.run([self.a.memory_probe, *args], extra, timeout=60)
+        check(sampler.samples >= 3, f"only {sampler.samples} ground-truth samples")
+        return out, err, sampler.peak
+
     def alloc_probe(self, *args, extra=None, expect_rc=0):
         return self.run([os.path.join(self.a.samples_dir, "alloc_probe"), *args], extra, expect_rc)
 
@@ -133,6 +144,19 @@ class Harness:
                              capture_output=True, text=True, timeout=30)
         check(out.returncode == 0, f"fakegpu-stat failed: {out.stderr}")
         return json.loads(out.stdout)
+
+
+class TruthNode:
+    """What cushare_test.Sampler reads: this harness's fakegpu ground truth."""
+
+    def __init__(self, h):
+        self.h = h
+
+    def device(self, index=0):
+        try:
+            return self.h.truth()["devices"][index]
+        except (Failure, ValueError, subprocess.SubprocessError) as e:
+            raise ct.Failure(str(e))  # the state file may not exist yet
 
 
 QUOTA = {"CUSHARE_MEMORY_LIMIT": "4Gi"}
@@ -247,9 +271,12 @@ def case_two_processes_share(h):
 def case_creation_race(h):
     """Processes starting at once in an empty allocation folder: one creates the
     regions, the others wait for it to publish them; every one of them runs."""
+    # Room for all twelve first contexts' reservations (each reserves the
+    # architecture's default before any context of the allocation was measured).
     for rnd in range(40):
         run_dir = os.path.join(h.tmp, f"race{rnd}")
-        extra = dict(QUOTA, CUSHARE_RUN_DIR=run_dir, FAKEGPU_CONTEXT_OVERHEAD="64Mi")
+        extra = dict(CUSHARE_MEMORY_LIMIT="16Gi", CUSHARE_RUN_DIR=run_dir,
+                     FAKEGPU_CONTEXT_OVERHEAD="64Mi")
         procs = [subprocess.Popen([os.path.join(h.a.samples_dir, "alloc_probe"), "--max", "64Mi"],
                                   env=h.env(extra), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(12)]
@@ -642,6 +669,90 @@ def case_visible_devices(h):
     check(out["before"]["total"] == 6 * GI, f"reordered ordinal 1 total {out['before']['total']}")
 
 
+# Memory the driver keeps after the call that looks like its end: each
+# attack runs under a 1Gi quota on an 80Gi device, so only the shim stops it.
+QUOTA_1G = {"CUSHARE_MEMORY_LIMIT": "1Gi"}
+MAX_POOLS = 256  # shim/pool_table.hpp
+
+
+def check_peak(h, peak, what):
+    check(peak <= GI, f"{what}: fakegpu ground truth peaked at {peak} bytes > quota {GI}")
+    check(h.usage().used() == 0, f"{what}: ledger {h.usage().used()} after exit")
+
+
+def case_path_pool_many(h):
+    """300 pools that keep everything they allocate: pools past the record table
+    are refused at creation, an untracked default pool at its first allocation;
+    the tracked ones never take the device past the quota."""
+    out, err, peak = h.memory_probe("--mode", "pools", "--count", "300", "--bytes", str(64 * MI),
+                                    extra=QUOTA_1G)
+    check_peak(h, peak, "300 pools")
+    check(out["create"] == {"CUDA_SUCCESS": MAX_POOLS, "CUDA_ERROR_OUT_OF_MEMORY": 300 - MAX_POOLS},
+          f"pool creation past the table: {out['create']}")
+    check("memory pools" in err and "cuMemPoolCreate" in err, f"the refusal is logged: {err}")
+    check(out["default_pool"] == "CUDA_ERROR_OUT_OF_MEMORY",
+          f"default pool first used with the table full: {out['default_pool']}")
+    # Under quota pressure the shim trims the pools (what they cache goes back),
+    # so every pool may get its turn; none may take the device past the quota.
+    check(out["fill"].get("CUDA_SUCCESS", 0) >= 1 and
+          set(out["fill"]) <= {"CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"},
+          f"filling the pools: {out['fill']}")
+    check(out["free_after_destroy"] - out["free_full"] >= 64 * MI,
+          f"destroying the pools returned their memory: {out}")
+    check(out["default_pool_after_destroy"] == "CUDA_SUCCESS",
+          f"default pool once the table has room: {out['default_pool_after_destroy']}")
+
+
+def case_path_pool_destroyed_live(h):
+    """A pool destroyed while an allocation from it lives keeps its memory until
+    that allocation is freed: it stays charged until then."""
+    out, _, peak = h.memory_probe("--mode", "pool_destroy", "--bytes", str(256 * MI),
+                                  extra=QUOTA_1G)
+    check_peak(h, peak, "destroyed pool")
+    check(out["free_destroyed"] <= out["free_before"] - 256 * MI,
+          f"the destroyed pool's memory is still charged: {out}")
+    check(out["result"] == "CUDA_ERROR_OUT_OF_MEMORY", f"the fill is refused: {out['result']}")
+    check(out["free_after"] == out["free_before"], f"returned with the last allocation: {out}")
+
+
+def case_path_vmm_mapped_release(h):
+    """cuMemRelease before cuMemUnmap, with one, two adjacent (one cuMemUnmap for
+    both) and two separate mappings per handle, and a retained handle: charged
+    until released and unmapped."""
+    step = 128 * MI
+    for args in (["--pieces", "1"], ["--pieces", "2"], ["--twice"]):
+        what = f"vmm {' '.join(args)}"
+        out, _, peak = h.memory_probe("--mode", "vmm", "--bytes", str(step), *args,
+                                      extra=QUOTA_1G)
+        check_peak(h, peak, what)
+        check(out["result"] == "CUDA_ERROR_OUT_OF_MEMORY" and out["handles"] >= 1,
+              f"{what}: released-but-mapped handles fill the quota: {out}")
+        check(out["free_before"] - out["free_full"] >= out["handles"] * step,
+              f"{what}: still charged after cuMemRelease: {out}")
+        check(out["free_partly_unmapped"] == out["free_full"],
+              f"{what}: charged while one mapping is left: {out}")
+        check(out["free_unmapped"] == out["free_before"], f"{what}: returned at the last unmap: {out}")
+        check(out["same_handle_retained"], f"{what}: cuMemRetainAllocationHandle: another handle")
+        check(out["free_retained"] == out["free_before"] - step,
+              f"{what}: a retained reference keeps it charged: {out}")
+        check(out["free_end"] == out["free_before"], f"{what}: returned at the last release: {out}")
+
+
+def case_path_graph_legacy(h):
+    """A graph with a memory node instantiated through the legacy ABIs
+    (cuGraphInstantiate at cudaVersion 10000 and 11000), launched over the quota
+    again and again: every launch refused before it runs; it runs once it fits."""
+    out, err, peak = h.memory_probe("--mode", "graph_legacy", "--bytes", str(512 * MI),
+                                    "--hold", str(512 * MI), "--launches", "10", extra=QUOTA_1G)
+    check_peak(h, peak, "legacy graph instantiation")
+    for version in ("10000", "11000"):
+        got = out[version]
+        check(got["over_quota"] == {"CUDA_ERROR_OUT_OF_MEMORY": 10},
+              f"cuGraphInstantiate@{version}: launches over the quota: {got['over_quota']}")
+        check(got["fits"] == "CUDA_SUCCESS", f"cuGraphInstantiate@{version}: launch that fits")
+    check("graph memory" in err, f"the refusal is logged: {err}")
+
+
 CASES = {
     "alloc_probe_4gi": case_alloc_probe_4gi,
     "gate_demand": case_gate_demand,
@@ -673,6 +784,10 @@ CASES = {
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,
     "kill_reclaim_live": case_kill_reclaim_live,
+    "path_pool_many": case_path_pool_many,
+    "path_pool_destroyed_live": case_path_pool_destroyed_live,
+    "path_vmm_mapped_release": case_path_vmm_mapped_release,
+    "path_graph_legacy": case_path_graph_legacy,
 }
 
 
@@ -683,6 +798,7 @@ def main():
     ap.add_argument("--fakegpu-dir", required=True)
     ap.add_argument("--samples-dir", required=True)
     ap.add_argument("--probe", required=True)
+    ap.add_argument("--memory-probe")
     ap.add_argument("--stat", required=True)
     ap.add_argument("--interposer", required=True)
     ap.add_argument("--preload-prefix", default="")

@@ -28,6 +28,15 @@ TEST(ProcTable, PicksNewestAbiAtOrBelowTheRequestedVersion) {
   EXPECT_EQ(resolve("cuGetProcAddress", 12000), "cuGetProcAddress_v2");
 }
 
+// CUDA 12 gave the name cuGraphInstantiate to the 3-argument WithFlags entry
+// point: a CUDA 12 caller must not get a wrapper of the 5-argument ABI.
+TEST(ProcTable, TheRenamedGraphInstantiateFollowsItsNewMeaning) {
+  EXPECT_EQ(resolve("cuGraphInstantiate", 10000), "cuGraphInstantiate");
+  EXPECT_EQ(resolve("cuGraphInstantiate", 11080), "cuGraphInstantiate_v2");
+  EXPECT_EQ(resolve("cuGraphInstantiate", 12000), "cuGraphInstantiateWithFlags");
+  EXPECT_EQ(resolve("cuGraphInstantiate", 13000), "cuGraphInstantiateWithFlags");
+}
+
 TEST(ProcTable, NeverHandsANewAbiToAnOldCaller) {
   // CUDA 13 added cuCtxGetDevice_v2 / cuCtxSynchronize_v2 with a new argument.
   EXPECT_EQ(resolve("cuCtxGetDevice", 12080), "cuCtxGetDevice");

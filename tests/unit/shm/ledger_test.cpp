@@ -72,6 +72,23 @@ TEST(ShmLedger, OverheadChargingMovesTotalByDelta) {
   EXPECT_EQ(ledger.used(0), 0u);
 }
 
+// A context's reservation given back (or settled lower) after the daemon
+// replaced the slot's overhead with a smaller measurement: never below zero.
+TEST(ShmLedger, ReleasingOverheadNeverGoesBelowZero) {
+  auto usage = std::make_unique<UsageRegion>();
+  ProcessSlot& slot = usage->slots[0];
+  QuotaLedger ledger(*usage);
+  ASSERT_TRUE(ledger.try_charge_overhead(0, slot, 300, 1000));
+  ASSERT_TRUE(ledger.try_reserve(0, slot, 200, 1000));
+  EXPECT_EQ(ledger.release_overhead(0, slot, 100), 100u);
+  EXPECT_EQ(slot.overhead[0].load(), 200u);
+  EXPECT_EQ(ledger.used(0), 400u);
+  ledger.set_overhead(0, slot, 50);  // the daemon's smaller measurement
+  EXPECT_EQ(ledger.release_overhead(0, slot, 300), 50u);
+  EXPECT_EQ(slot.overhead[0].load(), 0u);
+  EXPECT_EQ(ledger.used(0), 200u);  // the allocation's bytes stay
+}
+
 struct Stress {
   std::atomic<int> start;
   std::atomic<int> stop_observer;

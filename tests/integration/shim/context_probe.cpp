@@ -1,0 +1,192 @@
+// context_probe: Driver-API workloads for the exact-memory cases (ctest
+// shim.memory_exact_*). Links only libcuda; prints one JSON line.
+//
+//   context_probe threads N HOLD_MS        N threads each cuCtxCreate_v2 at once
+//   context_probe tiny MAX                 cuMemAlloc_v2(1) until refused (at most MAX)
+//   context_probe private-primary STEP     the primary context through the runtime's
+//                                          private path (fakegpu's stand-in), then
+//                                          STEP-byte allocations until refused
+//   context_probe mixed THREADS SECONDS SEED   threads that create contexts, allocate
+//                                          and free at random (the process race)
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+// CUDA 13's cuda.h no longer declares the CUDA 3.2 ABI of cuCtxCreate, which
+// the driver still exports and older programs call.
+extern "C" CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev);
+
+namespace {
+
+void fail(const char* what, CUresult r) {
+  std::printf("{\"error\":\"%s\",\"code\":%d}\n", what, static_cast<int>(r));
+  std::exit(1);
+}
+
+CUdevice init() {
+  CUdevice dev = 0;
+  if (CUresult r = cuInit(0); r != CUDA_SUCCESS) fail("cuInit", r);
+  if (CUresult r = cuDeviceGet(&dev, 0); r != CUDA_SUCCESS) fail("cuDeviceGet", r);
+  return dev;
+}
+
+void sleep_ms(long ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+int threads_mode(int n, long hold_ms) {
+  const CUdevice dev = init();
+  std::atomic<int> created{0}, refused{0}, other{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      CUcontext ctx = nullptr;
+      const CUresult r = cuCtxCreate_v2(&ctx, 0, dev);
+      if (r == CUDA_SUCCESS) {
+        ++created;
+        sleep_ms(hold_ms);
+        cuCtxDestroy_v2(ctx);
+      } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        ++refused;
+      } else {
+        ++other;
+      }
+    });
+  }
+  go.store(true);
+  for (auto& t : threads) t.join();
+  std::printf("{\"created\":%d,\"refused\":%d,\"other\":%d}\n", created.load(), refused.load(),
+              other.load());
+  return 0;
+}
+
+int tiny_mode(long max) {
+  const CUdevice dev = init();
+  CUcontext ctx = nullptr;
+  if (CUresult r = cuDevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS) fail("retain", r);
+  if (CUresult r = cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) fail("cuCtxSetCurrent", r);
+  long count = 0;
+  CUresult last = CUDA_SUCCESS;
+  std::vector<CUdeviceptr> ptrs;
+  ptrs.reserve(static_cast<std::size_t>(max));
+  while (count < max) {
+    CUdeviceptr p = 0;
+    if ((last = cuMemAlloc_v2(&p, 1)) != CUDA_SUCCESS) break;
+    ptrs.push_back(p);
+    ++count;
+  }
+  std::printf("{\"allocations\":%ld,\"last\":%d}\n", count, static_cast<int>(last));
+  std::fflush(stdout);
+  sleep_ms(200);
+  return 0;
+}
+
+int private_primary_mode(std::size_t step) {
+  const CUdevice dev = init();
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  auto retain = reinterpret_cast<Retain>(dlsym(RTLD_DEFAULT, "fakegpuPrivatePrimaryCtxRetain"));
+  if (!retain) {
+    std::printf("{\"error\":\"no private retain (not fakegpu)\"}\n");
+    return 77;
+  }
+  CUcontext ctx = nullptr;
+  if (CUresult r = retain(&ctx, dev); r != CUDA_SUCCESS) fail("private retain", r);
+  if (CUresult r = cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) fail("cuCtxSetCurrent", r);
+  std::size_t got = 0;
+  CUresult last = CUDA_SUCCESS;
+  for (;;) {
+    CUdeviceptr p = 0;
+    if ((last = cuMemAlloc_v2(&p, step)) != CUDA_SUCCESS) break;
+    got += step;
+  }
+  size_t free_b = 0, total_b = 0;
+  cuMemGetInfo_v2(&free_b, &total_b);
+  std::printf("{\"bytes\":%zu,\"last\":%d,\"total\":%zu,\"free\":%zu}\n", got,
+              static_cast<int>(last), total_b, free_b);
+  std::fflush(stdout);
+  sleep_ms(300);
+  return 0;
+}
+
+int mixed_mode(int n, double seconds, unsigned seed) {
+  const CUdevice dev = init();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::atomic<long> contexts{0}, context_refusals{0}, allocs{0}, alloc_refusals{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      std::mt19937 rng(seed * 131 + static_cast<unsigned>(i));
+      CUcontext ctx = nullptr;
+      std::vector<CUdeviceptr> held;
+      while (std::chrono::steady_clock::now() < end) {
+        if (!ctx) {
+          const CUresult r = cuCtxCreate_v2(&ctx, 0, dev);
+          if (r != CUDA_SUCCESS) {
+            ctx = nullptr;
+            ++context_refusals;
+            sleep_ms(5);
+            continue;
+          }
+          ++contexts;
+        }
+        cuCtxSetCurrent(ctx);
+        const int op = static_cast<int>(rng() % 10);
+        if (op < 6) {
+          CUdeviceptr p = 0;
+          const std::size_t bytes = (1 + rng() % 64) << 20;
+          if (cuMemAlloc_v2(&p, bytes) == CUDA_SUCCESS) {
+            held.push_back(p);
+            ++allocs;
+          } else {
+            ++alloc_refusals;
+          }
+        } else if (op < 9 && !held.empty()) {
+          cuMemFree_v2(held.back());
+          held.pop_back();
+        } else {
+          for (CUdeviceptr p : held) cuMemFree_v2(p);
+          held.clear();
+          cuCtxDestroy_v2(ctx);
+          ctx = nullptr;
+        }
+      }
+      if (ctx) {
+        cuCtxSetCurrent(ctx);
+        for (CUdeviceptr p : held) cuMemFree_v2(p);
+        cuCtxDestroy_v2(ctx);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf(
+      "{\"contexts\":%ld,\"context_refusals\":%ld,\"allocations\":%ld,\"alloc_refusals\":%ld}\n",
+      contexts.load(), context_refusals.load(), allocs.load(), alloc_refusals.load());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "threads" && argc == 4) return threads_mode(std::atoi(argv[2]), std::atol(argv[3]));
+  if (mode == "tiny" && argc == 3) return tiny_mode(std::atol(argv[2]));
+  if (mode == "private-primary" && argc == 3)
+    return private_primary_mode(std::strtoull(argv[2], nullptr, 10));
+  if (mode == "mixed" && argc == 5)
+    return mixed_mode(std::atoi(argv[2]), std::atof(argv[3]),
+                      static_cast<unsigned>(std::atoi(argv[4])));
+  std::fprintf(stderr,
+               "usage: context_probe threads N HOLD_MS | tiny MAX | private-primary STEP |"
+               " mixed THREADS SECONDS SEED\n");
+  return 2;
+}

@@ -82,6 +82,27 @@ void BM_AllocFromPoolFreePair(benchmark::State& state) {
 }
 BENCHMARK(BM_AllocFromPoolFreePair)->Arg(1)->Arg(200);
 
+// CUDA 13's cuda.h no longer declares the CUDA 3.2 ABI, which drivers export.
+extern "C" CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev);
+
+// A context made and destroyed: with the shim, the reservation of its
+// overhead, the NVML samples around the creation and the settle.
+void BM_ContextCreateDestroy(benchmark::State& state) {
+  setup();
+  CUdevice dev = 0;
+  cuDeviceGet(&dev, 0);
+  for (auto _ : state) {
+    CUcontext ctx = nullptr;
+    if (cuCtxCreate_v2(&ctx, 0, dev) != CUDA_SUCCESS) {
+      state.SkipWithError("cuCtxCreate_v2 failed");
+      break;
+    }
+    cuCtxDestroy(ctx);
+  }
+  cuCtxSetCurrent(g_ctx);
+}
+BENCHMARK(BM_ContextCreateDestroy);
+
 void BM_PassThroughCtxGetDevice(benchmark::State& state) {
   setup();
   cuCtxSetCurrent(g_ctx);

@@ -7,6 +7,7 @@
 //                                          private path (fakegpu's stand-in), then
 //                                          STEP-byte allocations until refused
 //   context_probe mixed THREADS SECONDS SEED   threads that create contexts, allocate
+//                                          (plain, pitch, managed, async, VMM, arrays)
 //                                          and free at random (the process race)
 #include <cuda.h>
 #include <dlfcn.h>
@@ -118,6 +119,77 @@ int private_primary_mode(std::size_t step) {
   return 0;
 }
 
+// One live allocation of the mixed race, of any kind, and how to free it.
+struct Held {
+  enum Kind { kPlain, kPitch, kManaged, kAsync, kVmm, kArray } kind;
+  CUdeviceptr ptr = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  CUarray array = nullptr;
+  std::size_t size = 0;
+};
+
+bool allocate(Held::Kind kind, std::size_t bytes, CUdevice dev, Held& out) {
+  out = Held{kind};
+  switch (kind) {
+    case Held::kPlain:
+      return cuMemAlloc_v2(&out.ptr, bytes) == CUDA_SUCCESS;
+    case Held::kPitch: {
+      std::size_t pitch = 0;
+      return cuMemAllocPitch_v2(&out.ptr, &pitch, 4096, bytes / 4096, 4) == CUDA_SUCCESS;
+    }
+    case Held::kManaged:
+      return cuMemAllocManaged(&out.ptr, bytes, CU_MEM_ATTACH_GLOBAL) == CUDA_SUCCESS;
+    case Held::kAsync:
+      return cuMemAllocAsync(&out.ptr, bytes, nullptr) == CUDA_SUCCESS;
+    case Held::kVmm: {
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = dev;
+      std::size_t gran = 0;
+      if (cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS)
+        return false;
+      out.size = (bytes + gran - 1) / gran * gran;
+      if (cuMemCreate(&out.handle, out.size, &prop, 0) != CUDA_SUCCESS) return false;
+      if (cuMemAddressReserve(&out.ptr, out.size, 0, 0, 0) != CUDA_SUCCESS ||
+          cuMemMap(out.ptr, out.size, 0, out.handle, 0) != CUDA_SUCCESS) {
+        if (out.ptr) cuMemAddressFree(out.ptr, out.size);
+        cuMemRelease(out.handle);
+        return false;
+      }
+      return true;
+    }
+    case Held::kArray: {
+      CUDA_ARRAY_DESCRIPTOR d{};
+      d.Width = 1024;
+      d.Height = bytes / 4096;
+      d.Format = CU_AD_FORMAT_FLOAT;
+      d.NumChannels = 1;
+      return cuArrayCreate_v2(&out.array, &d) == CUDA_SUCCESS;
+    }
+  }
+  return false;
+}
+
+void free_held(const Held& h) {
+  switch (h.kind) {
+    case Held::kAsync:
+      cuMemFreeAsync(h.ptr, nullptr);
+      break;
+    case Held::kVmm:
+      cuMemUnmap(h.ptr, h.size);
+      cuMemRelease(h.handle);
+      cuMemAddressFree(h.ptr, h.size);
+      break;
+    case Held::kArray:
+      cuArrayDestroy(h.array);
+      break;
+    default:
+      cuMemFree_v2(h.ptr);
+  }
+}
+
 int mixed_mode(int n, double seconds, unsigned seed) {
   const CUdevice dev = init();
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -127,7 +199,12 @@ int mixed_mode(int n, double seconds, unsigned seed) {
     threads.emplace_back([&, i] {
       std::mt19937 rng(seed * 131 + static_cast<unsigned>(i));
       CUcontext ctx = nullptr;
-      std::vector<CUdeviceptr> held;
+      std::vector<Held> held;
+      auto drop_all = [&] {
+        for (const Held& h : held) free_held(h);
+        held.clear();
+        cuCtxSynchronize();
+      };
       while (std::chrono::steady_clock::now() < end) {
         if (!ctx) {
           const CUresult r = cuCtxCreate_v2(&ctx, 0, dev);
@@ -142,27 +219,27 @@ int mixed_mode(int n, double seconds, unsigned seed) {
         cuCtxSetCurrent(ctx);
         const int op = static_cast<int>(rng() % 10);
         if (op < 6) {
-          CUdeviceptr p = 0;
+          const auto kind = static_cast<Held::Kind>(rng() % 6);
           const std::size_t bytes = (1 + rng() % 64) << 20;
-          if (cuMemAlloc_v2(&p, bytes) == CUDA_SUCCESS) {
-            held.push_back(p);
+          Held h;
+          if (allocate(kind, bytes, dev, h)) {
+            held.push_back(h);
             ++allocs;
           } else {
             ++alloc_refusals;
           }
         } else if (op < 9 && !held.empty()) {
-          cuMemFree_v2(held.back());
+          free_held(held.back());
           held.pop_back();
         } else {
-          for (CUdeviceptr p : held) cuMemFree_v2(p);
-          held.clear();
+          drop_all();
           cuCtxDestroy_v2(ctx);
           ctx = nullptr;
         }
       }
       if (ctx) {
         cuCtxSetCurrent(ctx);
-        for (CUdeviceptr p : held) cuMemFree_v2(p);
+        drop_all();
         cuCtxDestroy_v2(ctx);
       }
     });

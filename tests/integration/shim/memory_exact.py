@@ -105,9 +105,9 @@ def case_threads_fit_some(b):
 
 
 def case_processes_threads(b):
-    """16 processes x 8 threads create contexts, allocate and free at random
-    against a 2 GiB quota that cannot hold all their contexts: no sample of
-    ground truth above the quota."""
+    """16 processes x 8 threads create contexts, allocate (plain, pitch,
+    managed, async, VMM, arrays) and free at random against a 2 GiB quota that
+    cannot hold all their contexts: no sample of ground truth above the quota."""
     with ct.Node(b) as node:
         alloc = Standalone(node, "2Gi", overhead="128Mi")
         alloc.env["CUSHARE_LOG_LEVEL"] = "off"

@@ -7,8 +7,24 @@
 #include <iostream>
 #include <sstream>
 
+#ifndef CUSHARE_VERSION
+#error "CUSHARE_VERSION comes from project(VERSION) in the top-level CMakeLists.txt"
+#endif
+
 namespace cushare::sched {
 namespace {
+
+// spdlog's from_str maps every unknown name to "off": a typo would silence
+// the daemon. Only the names below are levels.
+constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+
+std::string checked_log_level(const std::string& level, const std::string& what) {
+  for (const char* known : kLogLevels)
+    if (level == known) return level;
+  throw std::runtime_error(what + " '" + level +
+                           "' is not a log level: use trace, debug, info, warn, error, critical "
+                           "or off");
+}
 
 std::uint64_t ms_to_ns(double ms, const char* what) {
   if (!(ms > 0) || ms > 60'000) {
@@ -55,7 +71,8 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
     } else if (key == "metrics_addr" || key == "log_level" || key == "run_dir") {
       if (!value.is_string()) throw std::runtime_error("config key '" + key + "' must be a string");
       if (key == "metrics_addr") opts.metrics_addr = value.get<std::string>();
-      if (key == "log_level") opts.log_level = value.get<std::string>();
+      if (key == "log_level")
+        opts.log_level = checked_log_level(value.get<std::string>(), "config key 'log_level'");
       if (key == "run_dir") opts.daemon.run_dir = value.get<std::string>();
     } else {
       throw std::runtime_error("unknown config key '" + key + "'");
@@ -91,17 +108,23 @@ std::pair<std::string, int> split_host_port(const std::string& addr) {
 
 std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& exit_code) {
   DaemonOptions opts;
-  CLI::App app{"cushared: the cushare node daemon (GPU time leases, reclaim, metrics)"};
+  CLI::App app{"cushared: the cushare node daemon (GPU time leases, reclaim, metrics)", "cushared"};
+  app.set_version_flag("--version", std::string("cushared ") + CUSHARE_VERSION);
   std::string run_dir;
   std::optional<double> quantum_ms;
   std::string metrics_addr;
   std::string config_file;
   std::string log_level;
-  app.add_option("--run-dir", run_dir, "Folder holding alloc/<id>/{limits,usage}")->required();
+  app.add_option("--run-dir", run_dir,
+                 "Folder holding alloc/<id>/{limits,usage} (required here or as run_dir in "
+                 "--config)");
   app.add_option("--quantum-ms", quantum_ms, "Lease quantum in milliseconds (default 10)");
   app.add_option("--metrics-addr", metrics_addr, "Serve Prometheus metrics on HOST:PORT");
   app.add_option("--config", config_file, "JSON config file (flags override it)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_flag("--check-config", opts.check_config,
+               "validate the configuration and flags, print them and exit");
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info (default), warn, error, critical, off");
   std::string over_quota;
   std::optional<double> over_quota_grace_ms;
   app.add_option("--over-quota", over_quota,
@@ -119,10 +142,12 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
       text << in.rdbuf();
       apply_config_json(text.str(), opts);
     }
-    opts.daemon.run_dir = run_dir;
+    if (!run_dir.empty()) opts.daemon.run_dir = run_dir;
+    if (opts.daemon.run_dir.empty())
+      throw std::runtime_error("--run-dir is required (or run_dir in the --config file)");
     if (quantum_ms) opts.daemon.scheduler.quantum_ns = ms_to_ns(*quantum_ms, "--quantum-ms");
     if (!metrics_addr.empty()) opts.metrics_addr = metrics_addr;
-    if (!log_level.empty()) opts.log_level = log_level;
+    if (!log_level.empty()) opts.log_level = checked_log_level(log_level, "--log-level");
     if (!over_quota.empty()) opts.daemon.over_quota = over_quota_action(over_quota, "--over-quota");
     if (over_quota_grace_ms)
       opts.daemon.over_quota_grace_ns = ms_to_ns(*over_quota_grace_ms, "--over-quota-grace-ms");
@@ -131,8 +156,14 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
     sc.extend_margin_ns = std::min(sc.extend_margin_ns, sc.quantum_ns / 2);
     sc.idle_grace_ns =
         std::min(sc.idle_grace_ns, std::max<std::uint64_t>(sc.quantum_ns / 4, 500'000));
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version: printed, exit 0
     exit_code = app.exit(e);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (105, 106, 109, ...) mean nothing to systemd or a
+    // script: every usage error is 2, as for cusharectl.
+    std::cerr << "cushared: " << e.what() << " (see cushared --help)\n";
+    exit_code = 2;
     return std::nullopt;
   } catch (const std::exception& e) {
     std::cerr << "cushared: " << e.what() << "\n";

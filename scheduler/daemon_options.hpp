@@ -14,16 +14,18 @@ struct DaemonOptions {
   DaemonConfig daemon;
   std::string metrics_addr;  // HOST:PORT; empty = no metrics endpoint
   std::string log_level = "info";
+  bool check_config = false;  // --check-config: validate, print a summary, exit
 };
 
 // Parses argv (CLI11). Returns the options, or nullopt after printing help
-// or an error; `exit_code` is then what main should return.
+// or the version (`exit_code` 0) or an error on stderr (`exit_code` 2: every
+// usage error, bad values and unknown log levels included).
 std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& exit_code);
 
 // Applies a JSON config text: {"quantum_ms": 10, "metrics_addr": "127.0.0.1:9400",
 // "idle_grace_ms": 2, "drain_bound_ms": 100, "cap_bank_ms": 30, "log_level": "info",
 // "over_quota": "kill", "over_quota_grace_ms": 2000}.
-// Throws std::runtime_error naming the bad key.
+// Throws std::runtime_error naming the bad key (an unknown log_level included).
 void apply_config_json(const std::string& text, DaemonOptions& opts);
 
 // "HOST:PORT" -> (host, port); throws std::runtime_error when malformed,

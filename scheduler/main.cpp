@@ -31,6 +31,13 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   auto opts = parse_daemon_options(argc, argv, exit_code);
   if (!opts) return exit_code;
+  if (opts->check_config) {
+    const auto& sc = opts->daemon.scheduler;
+    fmt::print("configuration OK: run dir {}, quantum {} ms, metrics {}, log level {}\n",
+               opts->daemon.run_dir.string(), sc.quantum_ns / 1e6,
+               opts->metrics_addr.empty() ? "off" : opts->metrics_addr, opts->log_level);
+    return 0;
+  }
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ cushared: %v");
 

@@ -6,10 +6,16 @@
 
 #include "shm/mapping_guard.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/command_suggest.hpp"
 #include "tools/commands.hpp"
 #include "tools/control_client.hpp"
+#include "tools/global_options.hpp"
 #include "tools/region_reader.hpp"
 #include "tools/run_dir.hpp"
+
+#ifndef CUSHARE_VERSION
+#error "CUSHARE_VERSION comes from project(VERSION) in the top-level CMakeLists.txt"
+#endif
 
 using namespace cushare::tools;
 
@@ -22,6 +28,29 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// The message for a parse error. CLI11 reports a mistyped command as "A
+// subcommand is required" (the word lands among the extras): name the word
+// and the nearest command instead.
+std::string usage_message(const CLI::App& app, const CLI::ParseError& error) {
+  if (!app.get_subcommands().empty()) return one_line(error.what());
+  std::string commands;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+  }
+  const std::vector<std::string> extras = app.remaining();
+  for (const std::string& word : extras) {
+    if (word.empty() || word.front() == '-') continue;
+    const std::string message = "unknown command '" + word + "'";
+    if (auto near = suggest_command(word, names)) return message + ": did you mean " + *near + "?";
+    return message + ": the commands are " + commands;
+  }
+  if (!extras.empty()) return "unknown option '" + extras.front() + "'";
+  if (error.get_name() == "RequiredError") return "no command given: use one of " + commands;
+  return one_line(error.what());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -29,14 +58,10 @@ int main(int argc, char** argv) {
   CLI::App app{"cusharectl: inspect and control cushare GPU sharing (quotas, shares, allocations)",
                "cusharectl"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("cusharectl ") + CUSHARE_VERSION);
+  GlobalArgs global_args = default_global_args();
   GlobalOptions global;
-  global.run_dir = default_run_dir();
-  app.add_option("--run-dir", global.run_dir,
-                 "node run dir (allocations in DIR/alloc/) or one allocation's folder; default "
-                 "$CUSHARE_RUN_DIR or "
-                 "/var/run/cushare")
-      ->capture_default_str();
-  app.add_flag("--json", global.json, "print JSON (bytes and nanoseconds) instead of tables");
+  add_global_options(app, global_args);
 
   std::function<int()> action;
 
@@ -48,8 +73,8 @@ int main(int argc, char** argv) {
   auto* top = app.add_subcommand("top", "status refreshed live with share bars; q or Ctrl-C quits");
   top->add_option("--interval", top_options.interval_s, "seconds between refreshes")
       ->capture_default_str();
-  top->add_option("--iterations", top_options.iterations, "stop after N frames (0 = until q)")
-      ->capture_default_str();
+  top->add_option("--iterations", top_options.iterations,
+                  "stop after N >= 1 frames (default: until q or Ctrl-C)");
   top->callback([&] { action = [&] { return run_top(global, top_options); }; });
 
   std::string inspect_id;
@@ -87,7 +112,7 @@ int main(int argc, char** argv) {
                      "fair-share weight (default: the compute limit)");
   create->add_option("--mode", create_options.mode, "capped or burst")->capture_default_str();
   create->add_option("--gpu", create_options.gpus,
-                     "GPU UUID (repeat for several; default: every GPU)");
+                     "GPU UUID or index (repeat for several; default: every GPU)");
   create->add_option("--library", create_options.library, "libcushare.so on this host");
   create
       ->add_option("--preload", create_options.preload,
@@ -95,7 +120,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   create
       ->add_option("--container-run-dir", create_options.container_run_dir,
-                   "where the container sees the folder")
+                   "where the container sees the folder (absolute)")
       ->capture_default_str();
   create->callback([&] { action = [&] { return run_create(global, create_options); }; });
 
@@ -113,18 +138,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   doctor->callback([&] { action = [&] { return run_doctor(global, doctor_options); }; });
 
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    add_global_options(*sub, global_args);
+
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version: printed, exit 0
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "cusharectl: " << one_line(e.what()) << " (see cusharectl --help)\n";
+    std::cerr << "cusharectl: " << usage_message(app, e) << " (see cusharectl --help)\n";
     return kExitUsage;
   }
 
   try {
+    global = resolve_global_options(global_args);
     return action();
   } catch (const CliError& e) {
     std::cerr << "cusharectl: " << one_line(e.what()) << "\n";

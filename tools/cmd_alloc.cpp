@@ -15,7 +15,9 @@
 #include "tools/cli_common.hpp"
 #include "tools/commands.hpp"
 #include "tools/gpu_info.hpp"
+#include "tools/gpu_selector.hpp"
 #include "tools/install_paths.hpp"
+#include "tools/path_args.hpp"
 #include "tools/region_reader.hpp"
 #include "tools/run_dir.hpp"
 #include "tools/set_request.hpp"
@@ -42,17 +44,22 @@ std::vector<Entry> plan_entries(const CreateOptions& o) {
   } catch (const InvalidRequest& e) {
     throw CliError(kExitUsage, e.what());
   }
-  std::vector<std::string> uuids = o.gpus;
-  if (uuids.empty()) uuids.push_back(shm::kAnyGpu);
-  if (uuids.size() > shm::kMaxGpus)
+  if (o.gpus.size() > shm::kMaxGpus)
     throw CliError(kExitUsage, "at most " + std::to_string(shm::kMaxGpus) + " --gpu");
   const bool percent =
       !memory.unlimited && memory.amount.kind == shm::MemoryAmount::Kind::kPercentOfCard;
-  const std::vector<GpuInfo> gpus = percent ? query_gpus_nvml() : std::vector<GpuInfo>{};
+  const bool any_index = std::any_of(o.gpus.begin(), o.gpus.end(), is_gpu_index);
+  const std::vector<GpuInfo> gpus =
+      percent || any_index ? query_gpus_nvml() : std::vector<GpuInfo>{};
+  std::vector<std::string> uuids;
+  try {
+    uuids = resolve_gpu_args(o.gpus, gpus);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(kExitUsage, e.what());
+  }
+  if (uuids.empty()) uuids.push_back(shm::kAnyGpu);
   std::vector<Entry> entries;
   for (const auto& uuid : uuids) {
-    if (uuid.empty() || uuid.size() >= shm::kUuidBytes)
-      throw CliError(kExitUsage, "--gpu '" + uuid + "' is not a GPU UUID");
     Entry e{uuid, base};
     if (memory.unlimited) {
       e.limits.memory_limit_bytes = shm::kUnlimited;
@@ -97,8 +104,19 @@ void write_preload(const fs::path& path) {
   }
 }
 
+// docker's --gpus value: every GPU for limits on "*", else exactly the GPUs
+// the entries name (a container given other GPUs would find no quota for them).
+std::string gpus_flag(const std::vector<Entry>& entries) {
+  if (entries.size() == 1 && entries.front().uuid == shm::kAnyGpu) return "all";
+  std::string devices = "device=";
+  for (std::size_t i = 0; i < entries.size(); ++i) devices += (i ? "," : "") + entries[i].uuid;
+  // docker splits the value as CSV: several devices need the inner quotes.
+  return entries.size() > 1 ? "\"" + devices + "\"" : devices;
+}
+
 std::vector<std::string> docker_args(const std::string& folder, const CreateOptions& o,
-                                     const std::string& library, const std::string& preload) {
+                                     const std::string& library, const std::string& preload,
+                                     const std::vector<Entry>& entries) {
   const std::string dir = o.container_run_dir;
   std::vector<std::string> args = {
       "-v", folder + ":" + dir,
@@ -111,7 +129,17 @@ std::vector<std::string> docker_args(const std::string& folder, const CreateOpti
   } else {
     args.insert(args.end(), {"-v", preload + ":/etc/ld.so.preload:ro"});
   }
+  args.insert(args.end(), {"--gpus", gpus_flag(entries)});
   return args;
+}
+
+// `word` as one shell word: quoted when it holds characters the shell treats
+// specially (the quoted --gpus value), as is otherwise.
+std::string shell_word(const std::string& word) {
+  if (word.find_first_of("\"' $`\\;&|<>()*?[]{}!#~") == std::string::npos) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
 }
 
 }  // namespace
@@ -120,6 +148,8 @@ int run_create(const GlobalOptions& global, const CreateOptions& options) {
   if (auto error = check_allocation_id(options.alloc)) throw CliError(kExitUsage, *error);
   if (options.preload != "file" && options.preload != "env")
     throw CliError(kExitUsage, "--preload must be file or env");
+  if (auto error = check_container_dir(options.container_run_dir, "--container-run-dir"))
+    throw CliError(kExitUsage, *error);
   const std::vector<Entry> entries = plan_entries(options);
 
   std::error_code ec;
@@ -162,8 +192,8 @@ int run_create(const GlobalOptions& global, const CreateOptions& options) {
   if (options.preload == "file") write_preload(preload);
 
   const std::vector<std::string> args =
-      docker_args(folder.string(), options, library, preload.string());
-  if (global.json) {
+      docker_args(folder.string(), options, library, preload.string(), entries);
+  if (global.json()) {
     std::cout << nlohmann::json{{"alloc", options.alloc},
                                 {"folder", folder.string()},
                                 {"library", library},
@@ -178,8 +208,8 @@ int run_create(const GlobalOptions& global, const CreateOptions& options) {
           << " does not exist on this host yet: install libcushare.so there or pass --library\n";
     std::cout << "attach a container with:\n  docker run";
     for (std::size_t i = 0; i < args.size(); i += 2)
-      std::cout << " \\\n    " << args[i] << " " << args[i + 1];
-    std::cout << " \\\n    --gpus all IMAGE [COMMAND]\n";
+      std::cout << " \\\n    " << args[i] << " " << shell_word(args[i + 1]);
+    std::cout << " IMAGE [COMMAND]\n";
   }
   return kExitOk;
 }
@@ -207,7 +237,7 @@ int run_remove(const GlobalOptions& global, const RemoveOptions& options) {
   }
   fs::remove_all(folder, ec);
   if (ec) throw CliError(kExitFailure, "cannot remove " + folder.string() + ": " + ec.message());
-  if (!global.json) std::cout << "removed allocation " << options.alloc << "\n";
+  if (!global.json()) std::cout << "removed allocation " << options.alloc << "\n";
   return kExitOk;
 }
 

@@ -10,7 +10,7 @@ namespace cushare::tools {
 int run_doctor(const GlobalOptions& global, const DoctorOptions& options) {
   const std::vector<Check> checks = run_checks(
       DoctorInputs{global.run_dir, library_path(options.library), options.ld_so_preload});
-  if (global.json)
+  if (global.json())
     std::cout << to_json(checks).dump(2) << "\n";
   else
     std::cout << render_checks(checks);

@@ -80,10 +80,11 @@ int run_set(const GlobalOptions& global, const SetOptions& options) {
       throw CliError(e.code() == "bad_request" ? kExitUsage : kExitFailure, e.what());
     }
   }
-  if (global.json) {
+  if (global.json()) {
     std::cout << to_json(outcome).dump(2) << "\n";
   } else {
-    for (const auto& line : outcome.changed) std::cout << request.alloc << " " << line << "\n";
+    for (const auto& change : outcome.entries)
+      std::cout << request.alloc << " " << describe(change) << "\n";
   }
   for (const auto& w : outcome.warnings) std::cerr << "cusharectl: warning: " << w << "\n";
   return kExitOk;

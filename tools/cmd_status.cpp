@@ -12,10 +12,10 @@ int run_status(const GlobalOptions& global) {
   std::string note;
   const Status status = fetch_status(global.run_dir, &note);
   if (!note.empty()) std::cerr << "cusharectl: warning: " << note << "\n";
-  if (global.json)
+  if (global.json())
     std::cout << to_json(status).dump(2) << "\n";
   else
-    std::cout << render_status(status);
+    std::cout << render_status(status, global.width());
   // Unreadable allocations were shown; they still make the run a failure.
   if (!status.problems.empty()) {
     std::cerr << "cusharectl: " << status.problems.size()
@@ -29,10 +29,10 @@ int run_inspect(const GlobalOptions& global, const std::string& alloc) {
   std::string note;
   const AllocationView view = fetch_allocation(global.run_dir, alloc, &note);
   if (!note.empty()) std::cerr << "cusharectl: warning: " << note << "\n";
-  if (global.json)
+  if (global.json())
     std::cout << to_json(view.allocation).dump(2) << "\n";
   else
-    std::cout << render_allocation(view.allocation, view.gpus, view.daemon);
+    std::cout << render_allocation(view.allocation, view.gpus, view.daemon, global.width());
   return kExitOk;
 }
 

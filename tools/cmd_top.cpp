@@ -82,11 +82,18 @@ bool quit_requested(int ms) {
 int run_top(const GlobalOptions& global, const TopOptions& options) {
   if (!(options.interval_s >= 0.1 && options.interval_s <= 3600))
     throw CliError(kExitUsage, "--interval must be between 0.1 and 3600 seconds");
+  // 0 frames would either print nothing or, read as "no limit", never return
+  // in a script: leaving --iterations out is how to run until q.
+  if (options.iterations && *options.iterations == 0)
+    throw CliError(kExitUsage,
+                   "--iterations 0 draws no frame: give N >= 1, or leave it out to run until q");
+  if (global.json())
+    throw CliError(kExitUsage, "top has no JSON output: use `cusharectl status -o json`");
   (void)fetch_status(global.run_dir);  // fail before touching the terminal (bad run dir)
   g_interrupted = 0;
   TerminalSession session;
   const int wait_ms = static_cast<int>(std::lround(options.interval_s * 1000));
-  for (unsigned frame = 0; options.iterations == 0 || frame < options.iterations; ++frame) {
+  for (unsigned frame = 0; !options.iterations || frame < *options.iterations; ++frame) {
     std::string text;
     try {
       text = render_top(fetch_status(global.run_dir), terminal_width());
@@ -96,7 +103,7 @@ int run_top(const GlobalOptions& global, const TopOptions& options) {
     }
     if (session.screen()) std::cout << "\x1b[H\x1b[2J";
     std::cout << text << std::flush;
-    if (options.iterations != 0 && frame + 1 == options.iterations) break;
+    if (options.iterations && frame + 1 == *options.iterations) break;
     if (quit_requested(wait_ms)) break;
   }
   return kExitOk;

@@ -2,15 +2,21 @@
 // CliError; main() registers them with CLI11 (tools/cli_main.cpp).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tools/output_format.hpp"
+
 namespace cushare::tools {
 
 struct GlobalOptions {
-  std::string run_dir;  // --run-dir, default CUSHARE_RUN_DIR or /var/run/cushare
-  bool json = false;    // --json
+  std::string run_dir;  // --run-dir, default CUSHARE_RUN_DIR or /var/run/cushare; absolute
+  OutputFormat output = OutputFormat::kTable;  // -o / --output (--json = -o json)
+
+  bool json() const { return output == OutputFormat::kJson; }
+  std::size_t width() const { return table_width(output); }
 };
 
 int run_status(const GlobalOptions& global);
@@ -18,7 +24,7 @@ int run_inspect(const GlobalOptions& global, const std::string& alloc);
 
 struct TopOptions {
   double interval_s = 1.0;
-  unsigned iterations = 0;  // 0 = until q / Ctrl-C
+  std::optional<unsigned> iterations;  // unset = until q / Ctrl-C; 0 is refused
 };
 int run_top(const GlobalOptions& global, const TopOptions& options);
 
@@ -35,7 +41,7 @@ struct CreateOptions {
   std::string compute_limit = "100";
   std::optional<std::string> weight;
   std::string mode = "burst";
-  std::vector<std::string> gpus;  // UUIDs; empty = "*" (every GPU)
+  std::vector<std::string> gpus;  // UUIDs or NVML indexes; empty = "*" (every GPU)
   std::optional<std::string> library;
   std::string preload = "file";  // file | env
   std::string container_run_dir = "/var/run/cushare";

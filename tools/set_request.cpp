@@ -5,6 +5,7 @@
 #include "shm/limits_seqlock.hpp"
 #include "shm/quota_spec.hpp"
 #include "tools/format.hpp"
+#include "tools/whole_bytes.hpp"
 
 namespace cushare::tools {
 
@@ -16,6 +17,16 @@ MemoryLimitArg parse_memory_limit_arg(const std::string& text) {
   if (!parsed)
     throw InvalidRequest("--memory-limit: " + parsed.error() +
                          " (examples: 8Gi, 512Mi, 25%, none)");
+  if (parsed->kind == shm::MemoryAmount::Kind::kBytes) {
+    if (!is_whole_byte_count(text))
+      throw InvalidRequest("--memory-limit: '" + text +
+                           "' is not a whole number of bytes: add a unit (1.5Gi, 512Mi) or give "
+                           "whole bytes");
+    if (parsed->bytes == 0)
+      throw InvalidRequest("--memory-limit: '" + text +
+                           "' is a zero quota, which allows no allocation at all: give a "
+                           "quantity above 0 (512Mi) or none for no quota");
+  }
   return MemoryLimitArg{false, *parsed};
 }
 
@@ -80,7 +91,7 @@ SetRequest set_request_from_json(const json& j) {
       r.memory_limit = MemoryLimitArg{true, {}};
     }
     if (j.contains("memory_limit_bytes")) {
-      const auto bytes = unsigned_field(j, "memory_limit_bytes", 0, shm::kUnlimited - 1);
+      const auto bytes = unsigned_field(j, "memory_limit_bytes", 1, shm::kUnlimited - 1);
       r.memory_limit = MemoryLimitArg{false, {shm::MemoryAmount::Kind::kBytes, bytes, 0}};
     }
     if (j.contains("memory_limit_percent_milli")) {
@@ -102,15 +113,6 @@ SetRequest set_request_from_json(const json& j) {
   } catch (const json::exception& e) {
     throw InvalidRequest(std::string("malformed set request: ") + e.what());
   }
-}
-
-json to_json(const SetOutcome& o) {
-  return json{{"changed", o.changed}, {"warnings", o.warnings}};
-}
-
-SetOutcome set_outcome_from_json(const json& j) {
-  return SetOutcome{j.value("changed", std::vector<std::string>{}),
-                    j.value("warnings", std::vector<std::string>{})};
 }
 
 namespace {
@@ -173,34 +175,18 @@ SetOutcome apply_set(shm::LimitsRegion& limits, const shm::UsageRegion* usage,
                          "`");
 
   SetOutcome outcome;
+  outcome.alloc = request.alloc;
   for (const Planned& p : plan) {
     shm::update_gpu_limits(limits, p.index, p.after);
     const std::string uuid = entry_uuid(limits, p.index);
-    std::string line = uuid + ":";
-    auto describe = [&](const char* what, const std::string& from, const std::string& to) {
-      if (from != to) line += std::string(" ") + what + " " + from + " -> " + to + ",";
-    };
-    auto quota = [](std::uint64_t b) {
-      return format_quota(b == shm::kUnlimited ? std::nullopt : std::optional<std::uint64_t>(b));
-    };
-    describe("memory", quota(p.before.memory_limit_bytes), quota(p.after.memory_limit_bytes));
-    describe("compute", std::to_string(p.before.compute_limit_pct) + "%",
-             std::to_string(p.after.compute_limit_pct) + "%");
-    describe("weight", std::to_string(p.before.weight), std::to_string(p.after.weight));
-    describe("mode", std::string(mode_name(static_cast<std::uint32_t>(p.before.mode))),
-             std::string(mode_name(static_cast<std::uint32_t>(p.after.mode))));
-    if (line.back() == ',')
-      line.pop_back();
-    else
-      line += " unchanged";
-    outcome.changed.push_back(line);
+    outcome.entries.push_back(SetChange{uuid, p.before, p.after});
 
     if (usage != nullptr && p.after.memory_limit_bytes != shm::kUnlimited) {
       const std::uint64_t used = usage->gpus[p.index].used_bytes.load(std::memory_order_relaxed);
       if (used > p.after.memory_limit_bytes)
         outcome.warnings.push_back(
             uuid + ": " + format_bytes(used) + " in use is above the new quota " +
-            quota(p.after.memory_limit_bytes) +
+            format_bytes(p.after.memory_limit_bytes) +
             ": new allocations are refused until usage falls below it (nothing is killed)");
     }
   }

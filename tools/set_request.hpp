@@ -14,6 +14,7 @@
 
 #include "shm/layout.hpp"
 #include "shm/quantity.hpp"
+#include "tools/set_outcome.hpp"
 #include "tools/status_model.hpp"
 
 namespace cushare::tools {
@@ -41,20 +42,16 @@ struct SetRequest {
 };
 
 // Parsers for the command-line values; throw InvalidRequest naming the option.
-MemoryLimitArg parse_memory_limit_arg(const std::string& text);  // 8Gi, 512Mi, 25%, none
+// A memory limit is a whole number of bytes above 0 (8Gi, 1.5Gi, 512Mi, 1e9),
+// a percent of the card (25%) or none: a zero quota could allocate nothing,
+// and "1.5" is a typo for 1.5Gi far more often than a request for 2 bytes.
+MemoryLimitArg parse_memory_limit_arg(const std::string& text);
 std::uint32_t parse_compute_limit_arg(const std::string& text);  // 1..100, optional '%'
 std::uint32_t parse_weight_arg(const std::string& text);         // 1..shm::kMaxWeight
 shm::ComputeMode parse_mode_arg(const std::string& text);        // capped | burst
 
 nlohmann::json to_json(const SetRequest& request);
 SetRequest set_request_from_json(const nlohmann::json& json);  // throws InvalidRequest
-
-struct SetOutcome {
-  std::vector<std::string> changed;   // one line per GPU entry: "GPU-x: memory 8Gi -> 4Gi, ..."
-  std::vector<std::string> warnings;  // e.g. quota now below current use
-};
-nlohmann::json to_json(const SetOutcome& outcome);
-SetOutcome set_outcome_from_json(const nlohmann::json& json);
 
 // Applies `request` to `limits` (usage: for the below-use warning; may be
 // null). `gpus` gives card sizes for percent quotas. Throws InvalidRequest

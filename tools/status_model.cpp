@@ -32,11 +32,15 @@ std::string creator_name(std::uint32_t flags) {
 }
 
 bool daemon_alive(const shm::LimitsRegion& limits, const Now& now) {
-  const std::uint64_t beat = limits.daemon_heartbeat_ns.load(std::memory_order_acquire);
-  return beat != 0 && beat <= now.mono_ns + kDaemonStaleNs && now.mono_ns - beat < kDaemonStaleNs;
+  return heartbeat_fresh(limits.daemon_heartbeat_ns.load(std::memory_order_acquire), now.mono_ns);
 }
 
 }  // namespace
+
+bool heartbeat_fresh(std::uint64_t beat_ns, std::uint64_t now_ns) {
+  if (beat_ns == 0) return false;
+  return beat_ns >= now_ns || now_ns - beat_ns < kDaemonStaleNs;
+}
 
 Now read_clocks() {
   return Now{clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME)};
@@ -148,6 +152,7 @@ DaemonState daemon_from_regions(const std::vector<RegionViews>& regions, const N
       state.quantum_ns = limits.quantum_ns.load(std::memory_order_relaxed);
     }
   }
+  // Ages of heartbeats newer than `now` are 0 (see heartbeat_fresh).
   state.up = state.heartbeat_age_ns && *state.heartbeat_age_ns < kDaemonStaleNs;
   return state;
 }

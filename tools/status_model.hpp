@@ -24,6 +24,12 @@ Now read_clocks();
 // A heartbeat older than this means its writer is gone.
 inline constexpr std::uint64_t kDaemonStaleNs = 3'000'000'000;
 
+// Whether a daemon heartbeat stamped at `beat_ns` (CLOCK_MONOTONIC, 0 = never)
+// is fresh at `now_ns`. A heartbeat newer than `now_ns` is fresh: the daemon
+// ticks concurrently, so one written after the reader took its clock is
+// normal, not a wrapped-around age.
+bool heartbeat_fresh(std::uint64_t beat_ns, std::uint64_t now_ns);
+
 struct GpuInfo {  // a physical GPU, from NVML where available
   int index = -1;
   std::string uuid;

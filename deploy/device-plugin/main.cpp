@@ -21,6 +21,10 @@
 #include "deploy/device-plugin/plugin_runner.hpp"
 #include "shm/mapping_guard.hpp"
 
+#ifndef CUSHARE_VERSION
+#error "CUSHARE_VERSION comes from project(VERSION) in the top-level CMakeLists.txt"
+#endif
+
 namespace {
 
 using namespace cushare::plugin;
@@ -61,7 +65,10 @@ struct Overrides {
     app.add_option("--cleanup-interval-seconds", cleanup_interval, "cleanup period");
     app.add_option("--cleanup-min-age-seconds", cleanup_min_age, "never remove younger folders");
     app.add_option("--orphan-age-seconds", orphan_age, "age rule without a liveness source");
-    app.add_option("--log-level", log_level, "trace | debug | info | warn | error");
+    // Checked here so the error names the flag; the config file's logLevel
+    // is checked by ValidateConfig.
+    app.add_option("--log-level", log_level, "trace | debug | info | warn | error | critical | off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   }
 
   void ApplyTo(PluginConfig& c) const {
@@ -109,14 +116,25 @@ std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
 
 int main(int argc, char** argv) {
   cushare::shm::install_mapping_guard();  // the cleaner reads tenants' usage regions
-  CLI::App app{"cushare-device-plugin: fractional GPUs (cushare.io/vgpu) for the kubelet"};
+  CLI::App app{"cushare-device-plugin: fractional GPUs (cushare.io/vgpu) for the kubelet",
+               "cushare-device-plugin"};
+  app.set_version_flag("--version", std::string("cushare-device-plugin ") + CUSHARE_VERSION);
   std::string config_path;
   bool check_config = false;
   Overrides overrides;
   app.add_option("-c,--config", config_path, "JSON config file (see docs/kubernetes.md)");
   app.add_flag("--check-config", check_config, "validate the configuration, print it and exit");
   overrides.AddTo(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version: printed, exit 0
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Every usage error is 2 (CLI11's own codes, 106, 109, ..., mean nothing
+    // to the kubelet's operator), like a bad configuration.
+    fmt::print(stderr, "cushare-device-plugin: {} (see cushare-device-plugin --help)\n", e.what());
+    return 2;
+  }
 
   PluginConfig config;
   try {

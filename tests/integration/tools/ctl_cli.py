@@ -10,21 +10,12 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 
+from test_checks import check, fail
+
 ARGS = None
-
-
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def ctl(*argv, env=None, expect=None):
@@ -39,12 +30,17 @@ def ctl(*argv, env=None, expect=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def one_line_error(stderr, *needles):
+def one_line_from(tool, stderr, *needles):
+    """`stderr` is one line, `<tool>: ...`, holding every needle."""
     lines = [l for l in stderr.splitlines() if l.strip()]
-    check(len(lines) == 1, f"expected one stderr line, got {len(lines)}: {stderr!r}")
-    check(lines[0].startswith("cusharectl: "), f"stderr does not start with 'cusharectl: ': {lines[0]!r}")
+    check(len(lines) == 1, f"{tool}: expected one stderr line, got {len(lines)}: {stderr!r}")
+    check(lines[0].startswith(tool + ": "), f"stderr does not start with '{tool}: ': {lines[0]!r}")
     for needle in needles:
-        check(needle in lines[0], f"stderr lacks {needle!r}: {lines[0]!r}")
+        check(needle in lines[0], f"{tool}: stderr lacks {needle!r}: {lines[0]!r}")
+
+
+def one_line_error(stderr, *needles):
+    one_line_from("cusharectl", stderr, *needles)
 
 
 def scenario(tmp, *flags):
@@ -241,6 +237,224 @@ def case_doctor(tmp):
         check(line in out, f"doctor lacks {line!r}:\n{out}")
 
 
+def run_tool(argv, env=None, cwd=None):
+    """Runs any binary; returns (rc, stdout, stderr)."""
+    full_env = dict(os.environ)
+    full_env.pop("CUSHARE_RUN_DIR", None)
+    full_env.update(env or {})
+    proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=30)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def case_global_options(tmp):
+    """--run-dir, -o/--output and --json work before and after the command."""
+    run = scenario(tmp, "--live-heartbeat")
+    shutil.rmtree(os.path.join(run, "alloc", "zz-future"))
+    for argv in (["--run-dir", run, "status", "--json"], ["--json", "--run-dir", run, "status"],
+                 ["status", "--run-dir", run, "-o", "json"], ["-o", "json", "status", "--run-dir", run],
+                 ["--run-dir", "/nonexistent", "status", "--run-dir", run, "--output", "json"]):
+        _, out, _ = ctl(*argv, expect=0)
+        check(validate("status", out)["run_dir"] == run, f"{argv}: wrong run dir")
+    _, out, _ = ctl("inspect", "team-a", "--run-dir", run, "--json", expect=0)
+    validate("allocation", out)
+    _, table, _ = ctl("status", "--run-dir", run, expect=0)
+    _, wide, _ = ctl("status", "--run-dir", run, "-o", "wide", expect=0)
+    long_id = "team-b-training-job-with-a-long-name"
+    check(long_id not in table and all(len(l) <= 80 for l in table.splitlines()), f"table:\n{table}")
+    check(long_id in wide and "GPU-8f0c1a4e-2b3d-4c5e-9f60-718293a4b5c6" in wide, f"-o wide cut:\n{wide}")
+    _, tab2, _ = ctl("status", "--run-dir", run, "-o", "table", expect=0)
+    check(tab2 == table, "-o table differs from the default")
+    _, _, err = ctl("status", "--run-dir", run, "-o", "yaml", expect=2)
+    one_line_error(err, "-o 'yaml'", "table, wide or json")
+    _, _, err = ctl("status", "--run-dir", run, "--json", "-o", "wide", expect=2)
+    one_line_error(err, "--json", "-o wide")
+    _, out, _ = ctl("create", "job", "--memory-limit", "1Gi", "--run-dir", run, "--json", expect=0)
+    validate("create", out)
+    _, out, _ = ctl("set", "job", "--weight", "3", "--no-daemon", "--run-dir", run, "-o", "json", expect=0)
+    validate("set", out)
+    _, _, err = ctl("top", "--run-dir", run, "-o", "json", expect=2)
+    one_line_error(err, "status -o json")
+
+
+def case_version(tmp):
+    for tool in (ARGS.ctl, ARGS.daemon, ARGS.plugin):
+        name = os.path.basename(tool)
+        rc, out, err = run_tool([tool, "--version"])
+        check(rc == 0, f"{name} --version exited {rc}: {err}")
+        check(out.strip() == f"{name} {ARGS.version}", f"{name} --version printed {out!r}, not {ARGS.version}")
+
+
+def case_unknown_command(tmp):
+    _, _, err = ctl("stauts", expect=2)
+    one_line_error(err, "unknown command 'stauts'", "did you mean status?")
+    _, _, err = ctl("--json", "inspct", "team-a", expect=2)
+    one_line_error(err, "unknown command 'inspct'", "did you mean inspect?")
+    _, _, err = ctl("frobnicate", expect=2)
+    one_line_error(err, "unknown command 'frobnicate'", "status, top, inspect, set, create, remove, doctor")
+    _, _, err = ctl(expect=2)
+    one_line_error(err, "no command given")
+    _, _, err = ctl("--bogus", expect=2)
+    one_line_error(err, "unknown option '--bogus'")
+    check("subcommand" not in err, f"CLI11's wording leaked: {err!r}")
+
+
+def case_usage_exit_codes(tmp):
+    """cushared and the plugin exit 2 on every usage error, 0 on --help."""
+    for argv, needle in (([], "--run-dir is required"), (["--bogus"], "--bogus"),
+                         (["--run-dir", tmp, "--quantum-ms", "abc"], "--quantum-ms"),
+                         (["--run-dir", tmp, "--quantum-ms"], "--quantum-ms"),
+                         (["--run-dir", tmp, "--metrics-addr", "nohost"], "HOST:PORT"),
+                         (["--run-dir", tmp, "--config", os.path.join(tmp, "missing.json")], "missing.json")):
+        rc, out, err = run_tool([ARGS.daemon, *argv])
+        check(rc == 2, f"cushared {argv}: exit {rc}, expected 2\n{err}")
+        one_line_from("cushared", err, needle)
+    for argv, needle in ((["--bogus"], "--bogus"), (["--units-per-gpu", "x"], "--units-per-gpu"),
+                         (["--units-per-gpu"], "--units-per-gpu"), (["--health-checks", "maybe"], "--health-checks")):
+        rc, out, err = run_tool([ARGS.plugin, *argv])
+        check(rc == 2, f"cushare-device-plugin {argv}: exit {rc}, expected 2\n{err}")
+        one_line_from("cushare-device-plugin", err, needle)
+    for tool in (ARGS.daemon, ARGS.plugin):
+        rc, out, _ = run_tool([tool, "--help"])
+        check(rc == 0 and "--version" in out and "--log-level" in out, f"{tool} --help: exit {rc}\n{out}")
+
+
+def case_log_levels(tmp):
+    """A level spdlog does not know would turn logging off: refused instead."""
+    rc, _, err = run_tool([ARGS.daemon, "--run-dir", tmp, "--log-level", "verbose"])
+    check(rc == 2, f"cushared --log-level verbose: exit {rc}")
+    one_line_from("cushared", err, "--log-level 'verbose' is not a log level", "trace")
+    config = os.path.join(tmp, "cushared.json")
+    with open(config, "w") as f:
+        json.dump({"log_level": "INFO"}, f)
+    rc, _, err = run_tool([ARGS.daemon, "--run-dir", tmp, "--config", config])
+    check(rc == 2, f"cushared with log_level INFO in the config: exit {rc}")
+    one_line_from("cushared", err, "log_level", "'INFO'")
+    for level in ("trace", "debug", "info", "warn", "error", "critical", "off"):
+        rc, out, err = run_tool([ARGS.daemon, "--run-dir", tmp, "--log-level", level, "--check-config"])
+        check(rc == 0 and f"log level {level}" in out, f"cushared --log-level {level}: exit {rc} {out} {err}")
+    rc, _, err = run_tool([ARGS.plugin, "--log-level", "verbose", "--check-config"])
+    check(rc == 2, f"cushare-device-plugin --log-level verbose: exit {rc}")
+    one_line_from("cushare-device-plugin", err, "--log-level", "verbose")
+    with open(os.path.join(tmp, "plugin.json"), "w") as f:
+        json.dump({"logLevel": "verbose"}, f)
+    rc, _, err = run_tool([ARGS.plugin, "--config", os.path.join(tmp, "plugin.json"), "--check-config"])
+    check(rc == 2, f"cushare-device-plugin with logLevel verbose: exit {rc}")
+    one_line_from("cushare-device-plugin", err, "logLevel 'verbose'")
+    rc, out, err = run_tool([ARGS.plugin, "--log-level", "debug", "--check-config"])
+    check(rc == 0, f"cushare-device-plugin --log-level debug: exit {rc} {err}")
+
+
+def case_set_json(tmp):
+    """`set --json` prints the figures (bytes, null for none), not the human lines."""
+    run = os.path.join(tmp, "node")
+    ctl("--run-dir", run, "create", "job", "--memory-limit", "1Gi", "--compute-limit", "40", expect=0)
+    _, out, err = ctl("--run-dir", run, "set", "job", "--memory-limit", "2Gi", "--mode", "capped",
+                      "--no-daemon", "--json", expect=0)
+    doc = validate("set", out)
+    check(doc["alloc"] == "job" and len(doc["entries"]) == 1, f"set --json: {doc}")
+    e = doc["entries"][0]
+    check(e["uuid"] == "*" and e["before"]["memory_limit_bytes"] == 1 << 30
+          and e["after"]["memory_limit_bytes"] == 2 << 30, f"set --json memory: {e}")
+    check(e["before"]["mode"] == "burst" and e["after"]["mode"] == "capped", f"set --json mode: {e}")
+    check(e["after"]["compute_limit_pct"] == 40 and e["after"]["weight"] == 40, f"set --json kept: {e}")
+    check(sorted(e["changed"]) == ["memory_limit_bytes", "mode"], f"set --json changed: {e['changed']}")
+    check("->" not in out, f"set --json printed a human line:\n{out}")
+    _, out, _ = ctl("--run-dir", run, "set", "job", "--memory-limit", "none", "--no-daemon", "-o", "json", expect=0)
+    e = validate("set", out)["entries"][0]
+    check(e["after"]["memory_limit_bytes"] is None, f"none is not null: {e}")
+    _, out, _ = ctl("--run-dir", run, "set", "job", "--weight", "40", "--no-daemon", "--json", expect=0)
+    check(validate("set", out)["entries"][0]["changed"] == [], "an unchanged entry lists changes")
+    _, out, _ = ctl("--run-dir", run, "set", "job", "--weight", "5", "--no-daemon", expect=0)
+    check(out.strip() == "job *: weight 40 -> 5", f"human set output: {out!r}")
+
+
+def fakegpu_env(tmp, devices):
+    return {"LD_LIBRARY_PATH": ARGS.fakegpu_dir, "FAKEGPU_STATE": os.path.join(tmp, "fakegpu.state"),
+            "FAKEGPU_DEVICES": devices}
+
+
+def case_create_gpu(tmp):
+    """--gpu takes an index (resolved to the UUID through NVML) or a UUID;
+    create prints --gpus device=UUID for per-GPU allocations."""
+    run = os.path.join(tmp, "node")
+    os.makedirs(os.path.join(run, "alloc"))
+    env = fakegpu_env(tmp, "H100:80Gi:132;L4:24Gi:58")
+    _, out, _ = ctl("--run-dir", run, "status", "--json", env=env, expect=0)
+    uuids = {g["index"]: g["uuid"] for g in validate("status", out)["gpus"]}
+    check(sorted(uuids) == [0, 1] and all(u.startswith("GPU-") for u in uuids.values()), f"NVML GPUs: {uuids}")
+
+    _, out, _ = ctl("--run-dir", run, "create", "one", "--memory-limit", "1Gi", "--gpu", "1", env=env, expect=0)
+    check(f"--gpus device={uuids[1]} IMAGE" in out, f"create --gpu 1 did not print --gpus device=:\n{out}")
+    check("--gpus all" not in out, f"create --gpu 1 printed --gpus all:\n{out}")
+    _, out, _ = ctl("--run-dir", run, "inspect", "one", "--json", env=env, expect=0)
+    gpus = validate("allocation", out)["gpus"]
+    check([g["uuid"] for g in gpus] == [uuids[1]], f"--gpu 1 stored {[g['uuid'] for g in gpus]}, not the UUID")
+
+    _, out, _ = ctl("--run-dir", run, "create", "two", "--memory-limit", "25%", "--gpu", uuids[0],
+                    "--gpu", "1", env=env, expect=0)
+    check(f"--gpus '\"device={uuids[0]},{uuids[1]}\"' IMAGE" in out, f"two GPUs:\n{out}")
+    _, out, _ = ctl("--run-dir", run, "inspect", "two", "--json", env=env, expect=0)
+    limits = [g["memory"]["limit_bytes"] for g in validate("allocation", out)["gpus"]]
+    check(limits == [20 << 30, 6 << 30], f"25% of 80Gi and 24Gi: {limits}")
+    _, out, _ = ctl("--run-dir", run, "create", "three", "--memory-limit", "1Gi", "--gpu", "0", "--json",
+                    env=env, expect=0)
+    args = validate("create", out)["docker_args"]
+    check(args[-2:] == ["--gpus", f"device={uuids[0]}"], f"create --json docker_args: {args}")
+    _, out, _ = ctl("--run-dir", run, "create", "every", "--memory-limit", "1Gi", "--json", env=env, expect=0)
+    check(validate("create", out)["docker_args"][-2:] == ["--gpus", "all"], "no --gpu is not --gpus all")
+
+    _, _, err = ctl("--run-dir", run, "create", "bad", "--memory-limit", "1Gi", "--gpu", "2", env=env, expect=2)
+    one_line_error(err, "--gpu 2", "no GPU 2")
+    _, _, err = ctl("--run-dir", run, "create", "bad", "--memory-limit", "1Gi", "--gpu", "0",
+                    env={"LD_LIBRARY_PATH": "/nonexistent"}, expect=2)
+    one_line_error(err, "--gpu 0", "NVML")
+    _, _, err = ctl("--run-dir", run, "create", "bad", "--memory-limit", "1Gi", "--gpu", "first", env=env, expect=2)
+    one_line_error(err, "'first'", "GPU UUID")
+    _, _, err = ctl("--run-dir", run, "create", "bad", "--memory-limit", "1Gi", "--gpu", "0", "--gpu", uuids[0],
+                    env=env, expect=2)
+    one_line_error(err, "a second time")
+    check(not os.path.exists(os.path.join(run, "alloc", "bad")), "a refused create left its folder")
+
+
+def case_arg_checks(tmp):
+    """Values that used to be accepted and did something surprising."""
+    run = scenario(tmp)
+    start = time.monotonic()
+    _, _, err = ctl("--run-dir", run, "top", "--iterations", "0", expect=2)
+    one_line_error(err, "--iterations 0")
+    _, out, _ = ctl("--run-dir", run, "top", "--iterations", "2", "--interval", "0.1", expect=0)
+    check(out.count("q or Ctrl-C quits") == 2, f"top --iterations 2 drew {out.count('q or Ctrl-C quits')} frames")
+    check(time.monotonic() - start < 10, "top --iterations did not return promptly")
+
+    cwd = os.path.join(tmp, "cwd")
+    os.makedirs(cwd)
+    for argv, env, needles in (
+            (["--run-dir", "", "create", "x", "--memory-limit", "1Gi"], None, ["--run-dir is empty"]),
+            (["create", "x", "--memory-limit", "1Gi", "--run-dir", "rel"], None, ["--run-dir 'rel'", "relative"]),
+            (["create", "x", "--memory-limit", "1Gi"], {"CUSHARE_RUN_DIR": "rel"}, ["CUSHARE_RUN_DIR 'rel'"]),
+            (["status"], {"CUSHARE_RUN_DIR": "."}, ["CUSHARE_RUN_DIR '.'"])):
+        rc, _, err = run_tool([ARGS.ctl, *argv], env=env, cwd=cwd)
+        check(rc == 2, f"cusharectl {argv} {env}: exit {rc}, expected 2: {err}")
+        one_line_error(err, *needles)
+    check(os.listdir(cwd) == [], f"a refused run dir still made {os.listdir(cwd)} in the working directory")
+
+    node = os.path.join(tmp, "node")
+    for value, needle in (("0", "zero quota"), ("0Mi", "zero quota"), ("1.5", "not a whole number of bytes"),
+                          ("1.3Ki", "not a whole number of bytes"), ("0%", "above 0%")):
+        _, _, err = ctl("--run-dir", node, "create", "x", "--memory-limit", value, expect=2)
+        one_line_error(err, "--memory-limit", needle)
+    _, _, err = ctl("--run-dir", run, "set", "team-a", "--memory-limit", "0", "--no-daemon", expect=2)
+    one_line_error(err, "zero quota")
+    for value in ("", "rel/dir", "/a:b"):
+        _, _, err = ctl("--run-dir", node, "create", "x", "--memory-limit", "1Gi", "--container-run-dir", value,
+                        expect=2)
+        one_line_error(err, "--container-run-dir")
+    check(not os.path.exists(os.path.join(node, "alloc", "x")), "a refused create left its folder")
+    _, out, _ = ctl("--run-dir", node, "create", "x", "--memory-limit", "1.5Gi", "--json", expect=0)
+    _, out, _ = ctl("--run-dir", node, "inspect", "x", "--json", expect=0)
+    check(json.loads(out)["gpus"][0]["memory"]["limit_bytes"] == 3 << 29, "1.5Gi is not 1.5 GiB")
+
+
 def priority_prefix():
     """The simulated GPU runs in real time: on a loaded machine the daemon's and
     tenants' wake-ups must not queue behind compilers (as tests/integration/scheduler)."""
@@ -428,6 +642,8 @@ def main():
     parser.add_argument("--spin-worker")
     parser.add_argument("--alloc-probe")
     parser.add_argument("--fakegpu-stat")
+    parser.add_argument("--plugin")
+    parser.add_argument("--version")
     ARGS = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="ctl-it-")
     try:

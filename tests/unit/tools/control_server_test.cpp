@@ -92,7 +92,8 @@ TEST_F(ControlSocket, SetChangesTheLimitsRegionLive) {
   const json set = {
       {"alloc", "team-a"}, {"memory_limit_bytes", 1ull << 30}, {"compute_limit_pct", 25}};
   const json result = call({{"cmd", "set"}, {"set", set}});
-  EXPECT_EQ(result.at("changed").size(), 1u);
+  ASSERT_EQ(result.at("entries").size(), 1u);
+  EXPECT_EQ(result.at("entries")[0].at("after").at("memory_limit_bytes"), 1ull << 30);
   EXPECT_EQ(result.at("warnings").size(), 1u);  // 3.8Gi in use > 1Gi
   const shm::GpuLimitsSnapshot now = shm::read_gpu_limits(*live.region(), 0);
   EXPECT_EQ(now.memory_limit_bytes, 1ull << 30);

@@ -175,6 +175,12 @@ class Node:
     def device(self, index=0):
         return self.stat()["devices"][index]
 
+    def reset_peak(self):
+        """Restarts every device's memory high-water mark from the memory in use."""
+        r = subprocess.run([self.b.tool("fakegpu-stat"), "--reset-peak"], env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, f"fakegpu-stat --reset-peak failed: {r.stderr}")
+
     def close(self):
         for p in self.procs:
             if p.poll() is None:
@@ -197,8 +203,11 @@ class Node:
 
 
 class Sampler:
-    """Samples fakegpu's ground truth while a workload runs: the peak memory
-    used on a device and the number of samples."""
+    """Ground truth of a device's memory while a workload runs. `peak` is
+    exact: fakegpu keeps the device's high-water mark, restarted when the
+    sampler starts, so no instant between samples escapes. The samples (at
+    `period`) give `samples` and `series` for what a test wants to see over
+    time."""
 
     def __init__(self, node, device=0, period=0.005):
         self.node, self.device, self.period = node, device, period
@@ -207,23 +216,28 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _observe(self):
+        dev = self.node.device(self.device)
+        self.peak = max(self.peak, dev["memory_used"], dev["memory_used_peak"])
+        self.samples += 1
+
     def _run(self):
         while not self._stop.is_set():
             try:
-                used = self.node.device(self.device)["memory_used"]
-                self.peak = max(self.peak, used)
-                self.samples += 1
+                self._observe()
             except Failure:
                 pass
             time.sleep(self.period)
 
     def __enter__(self):
+        self.node.reset_peak()
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        self._observe()
 
 
 def busy_by_pid(dev):

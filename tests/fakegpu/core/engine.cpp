@@ -168,6 +168,7 @@ bool charge(SharedState& s, int32_t proc, uint32_t device, uint64_t bytes) {
   DeviceSlot& d = s.devices[device];
   if (bytes > d.total_mem || d.used_mem > d.total_mem - bytes) return false;
   d.used_mem += bytes;
+  d.used_mem_peak = std::max(d.used_mem_peak, d.used_mem);
   s.procs[proc].mem[device] += bytes;
   return true;
 }

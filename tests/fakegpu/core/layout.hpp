@@ -10,7 +10,7 @@
 namespace fakegpu {
 
 inline constexpr uint64_t kStateMagic = 0x3155504745'4b4146ull;  // "FAKEGPU1"
-inline constexpr uint32_t kStateVersion = 4;
+inline constexpr uint32_t kStateVersion = 5;
 inline constexpr uint32_t kMaxDevices = 8;
 inline constexpr uint32_t kMaxProcs = 512;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -60,6 +60,9 @@ struct DeviceSlot {
   uint8_t uuid_bytes[16];
   uint64_t total_mem;
   uint64_t used_mem;  // sum of live processes' mem[] (contexts + allocations)
+  // The highest used_mem ever reached (since creation or --reset-peak): the
+  // exact maximum a sampler of used_mem can only approach.
+  uint64_t used_mem_peak;
   uint32_t sms;
   int32_t cc_major;
   int32_t cc_minor;

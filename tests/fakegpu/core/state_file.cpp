@@ -171,6 +171,7 @@ void StateFile::repair_after_owner_death() {
       if (p.state == SlotState::live) used += p.mem[d];
     }
     dev.used_mem = used;
+    dev.used_mem_peak = std::max(dev.used_mem_peak, used);
     uint32_t n = 0;
     for (int32_t c = 0; c < static_cast<int32_t>(kMaxContexts); ++c) {
       if (s.contexts[c].state == SlotState::live && s.contexts[c].device == d)

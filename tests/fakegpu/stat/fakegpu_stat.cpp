@@ -2,6 +2,7 @@
 //   fakegpu-stat [--json]                    devices, memory, busy time per process
 //   fakegpu-stat --inject-xid <device> <code> deliver an XID event to NVML event sets
 //   fakegpu-stat --reset                      clear processes, memory and counters
+//   fakegpu-stat --reset-peak                 restart each device's memory high-water mark
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,7 @@ nlohmann::json snapshot(StateFile& file) {
                        {"name", dev.name},
                        {"memory_total", dev.total_mem},
                        {"memory_used", dev.used_mem},
+                       {"memory_used_peak", dev.used_mem_peak},
                        {"busy_ns", dev.busy_ns},
                        {"processes", processes}});
   }
@@ -70,12 +72,14 @@ void print_text(const nlohmann::json& j) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool json = false, reset = false;
+  bool json = false, reset = false, reset_peak = false;
   std::vector<unsigned> xid;
   CLI::App app{"fakegpu ground truth: devices, memory and GPU time per process (FAKEGPU_STATE)"};
   app.add_flag("--json", json, "print {\"devices\":[...]} as JSON");
   app.add_flag("--reset", reset,
                "clear processes, contexts, memory and counters in the state file");
+  app.add_flag("--reset-peak", reset_peak,
+               "restart each device's memory high-water mark (memory_used_peak) from now");
   app.add_option("--inject-xid", xid, "deliver an XID event: <device> <code>")->expected(2);
   CLI11_PARSE(app, argc, argv);
 
@@ -92,6 +96,13 @@ int main(int argc, char** argv) {
   }
   if (reset) {
     file->reset(*loaded.config);
+    return 0;
+  }
+  if (reset_peak) {
+    StateLock lock(*file, true);
+    SharedState& s = lock.state();
+    for (uint32_t d = 0; d < s.header.device_count; ++d)
+      s.devices[d].used_mem_peak = s.devices[d].used_mem;
     return 0;
   }
   if (!xid.empty()) {

@@ -172,6 +172,11 @@ def capacity_concurrent(env):
     after = stat(env)
     if after["devices"][0]["memory_used"] != 0:
         fail("memory not returned after both exited: %d" % after["devices"][0]["memory_used"])
+    if after["devices"][0]["memory_used_peak"] != total:
+        fail("the high-water mark did not keep the full device: %d" % after["devices"][0]["memory_used_peak"])
+    subprocess.run([ARGS.stat, "--reset-peak"], env=env, check=True)
+    if stat(env)["devices"][0]["memory_used_peak"] != 0:
+        fail("--reset-peak did not restart the high-water mark from the memory in use")
 
 
 def killed_process_memory_returns(env):

@@ -47,7 +47,6 @@ def memory_case(c, node, extra, quota):
     check(rc == 0 and r, f"alloc_probe {extra} exited {rc}: {out} {err}")
     check(r["result"] == "CUDA_ERROR_OUT_OF_MEMORY", f"{extra}: not refused: {r}")
     check(r["before"]["total"] == quota, f"{extra}: cuMemGetInfo total {r['before']['total']} != quota")
-    check(s.samples >= 5, f"{extra}: only {s.samples} ground-truth samples")
     check(s.peak <= quota, f"{extra}: ground truth peaked at {s.peak} > quota {quota}")
     check(s.peak >= quota - 256 * MI - OVERHEAD, f"{extra}: ground truth never saw the memory ({s.peak})")
     return r, s.peak

@@ -60,13 +60,12 @@ def case_two_processes(b):
             rc, out, err = alloc.run([b.sample("alloc_probe"), "--step", "64Mi"])
             first.wait(timeout=30)
         r = ct.last_json(out)
-        check(s.samples >= 20, f"only {s.samples} samples")
         check(s.peak <= 4 * GI, f"ground truth peaked at {s.peak} > 4 GiB")
         check(rc != 0 or (r and r["bytes"] == 0),
               f"the second process got memory in a full allocation: {out} {err}")
         check("context creation" in err and "refused" in err, f"no refusal line: {err}")
-        print(f"  second process refused its context; ground truth peak {s.peak / MI:.0f} MiB "
-              f"on 4096 MiB over {s.samples} samples")
+        print(f"  second process refused its context; ground truth high-water mark "
+              f"{s.peak / MI:.0f} MiB on 4096 MiB")
 
 
 def case_threads_race(b):
@@ -120,12 +119,11 @@ def case_processes_threads(b):
                 results.append(ct.last_json(out))
         contexts = sum(r["contexts"] for r in results)
         refusals = sum(r["context_refusals"] for r in results)
-        check(s.samples >= 100, f"only {s.samples} samples")
         check(contexts > 16 and refusals > 0, f"the race did not contend: {results}")
         check(s.peak <= 2 * GI, f"ground truth peaked at {s.peak} > 2 GiB")
         print(f"  16 x 8 threads: {contexts} contexts made, {refusals} refused, "
-              f"{sum(r['allocations'] for r in results)} allocations; {s.samples} samples, "
-              f"max {s.peak / MI:.0f} MiB, quota 2048 MiB, 0 over")
+              f"{sum(r['allocations'] for r in results)} allocations; ground truth high-water mark "
+              f"{s.peak / MI:.0f} MiB, quota 2048 MiB")
 
 
 def case_private_primary(b):

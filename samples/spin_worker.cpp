@@ -40,6 +40,8 @@ struct Options {
   uint64_t alloc_mib = 0;
   bool explicit_context = false;
   bool events = false;
+  int sync_every = 0;      // cuCtxSynchronize after this many launches of a thread
+  double host_gap_us = 0;  // CPU work after each synchronisation (a training step's host part)
 };
 
 struct Shared {
@@ -78,6 +80,15 @@ class Durations {
   size_t i_ = 0;
 };
 
+// Host work between steps: the CPU busy, no GPU work submitted.
+void spin_cpu(double us) {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double, std::micro>(us));
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,6 +114,14 @@ int main(int argc, char** argv) {
   app.add_option("--alloc-mib", o.alloc_mib, "cuMemAlloc this many MiB first (exit 2 if it fails)");
   app.add_flag("--explicit-context", o.explicit_context,
                "use cuCtxCreate instead of the primary context");
+  app.add_option("--sync-every", o.sync_every,
+                 "cuCtxSynchronize after every N launches of a thread (a step ending in a copy "
+                 "back); 0 = never")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--host-gap-us", o.host_gap_us,
+                 "busy CPU work of this many microseconds after each synchronisation (with "
+                 "--sync-every) or after every launch")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--events", o.events,
                "time the run with events on the first stream (one thread) and report gpu_ms");
   CLI11_PARSE(app, argc, argv);
@@ -179,6 +198,14 @@ int main(int argc, char** argv) {
       }
       if (!o.count) shared.launches++;
       shared.kernel_ns_total += ns;
+      const bool step_end = o.sync_every == 0 || (i + 1) % static_cast<size_t>(o.sync_every) == 0;
+      if (o.sync_every > 0 && step_end) {
+        if (CUresult w = cuCtxSynchronize(); w != CUDA_SUCCESS) {
+          record_error(shared, w, "cuCtxSynchronize");
+          break;
+        }
+      }
+      if (o.host_gap_us > 0 && step_end) spin_cpu(o.host_gap_us);
       if (o.inflight > 0) {
         CUevent e;
         samples::check(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC),
@@ -218,6 +245,7 @@ int main(int argc, char** argv) {
                      {"kernel_ns_total", shared.kernel_ns_total.load()},
                      {"streams", o.streams},
                      {"threads", o.threads},
+                     {"sync_every", o.sync_every},
                      {"alloc_bytes", o.alloc_mib << 20},
                      {"errors", shared.errors.load()}};
   if (!shared.first_error.empty()) out["first_error"] = shared.first_error;

@@ -9,8 +9,8 @@
 
 #include <climits>
 #include <csignal>
-#include <set>
 #include <cstring>
+#include <set>
 
 #include "scheduler/host_pids.hpp"
 #include "shm/limits_seqlock.hpp"
@@ -142,7 +142,8 @@ void Daemon::sync_tenants(std::uint64_t now) {
         .drained_ns = gu.drained_ns.load(std::memory_order_acquire),
         .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire),
         .busy_processes = gu.busy_processes.load(std::memory_order_acquire),
-        .resumed_ns = gu.resumed_ns.load(std::memory_order_acquire)};
+        .resumed_ns = gu.resumed_ns.load(std::memory_order_acquire),
+        .idle_ns = gu.idle_ns.load(std::memory_order_acquire)};
     const TenantPolicy policy = policy_of(shm::read_gpu_limits(a.limits.region(), ref.gpu));
     if (!sched.has_tenant(id) || !same_policy(policy, ref.policy)) {
       const bool first = !sched.has_tenant(id);

@@ -58,7 +58,29 @@ void LeaseScheduler::remove_tenant(TenantId id, std::uint64_t now) {
 
 void LeaseScheduler::set_signals(TenantId id, const TenantSignals& signals) {
   auto it = tenants_.find(id);
-  if (it != tenants_.end()) it->second.signals = signals;
+  if (it == tenants_.end()) return;
+  Tenant& t = it->second;
+  // A counter that went backwards (the region was rewritten) is a new
+  // baseline, not a refund.
+  if (t.idle_known && signals.idle_ns > t.signals.idle_ns) {
+    t.pending_refund = std::min(t.pending_refund + (signals.idle_ns - t.signals.idle_ns),
+                                config_.refund_horizon_ns);
+  }
+  t.idle_known = true;
+  t.signals = signals;
+}
+
+// Takes reported idle gaps back out of the tenant's recent lease charges.
+void LeaseScheduler::refund(Tenant& t) {
+  const std::uint64_t r = std::min(t.pending_refund, t.refundable);
+  if (r == 0) return;
+  t.pending_refund -= r;
+  t.refundable -= r;
+  t.stats.attributed_ns -= std::min(r, t.stats.attributed_ns);
+  t.stats.refunded_ns += r;
+  t.vtime -= static_cast<double>(r) / weight_of(t.policy);
+  if (t.policy.mode == Mode::kCapped)
+    t.cap_clock -= static_cast<double>(r) / cap_fraction(t.policy);
 }
 
 void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now) {
@@ -77,6 +99,7 @@ void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint
 void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
   if (to <= from) return;
   const std::uint64_t d = to - from;
+  t.refundable = std::min(t.refundable + d, config_.refund_horizon_ns);
   t.stats.attributed_ns += d;
   t.vtime += static_cast<double>(d) / weight_of(t.policy);
   if (t.policy.mode == Mode::kCapped) {
@@ -120,6 +143,11 @@ std::optional<std::uint64_t> LeaseScheduler::lease_begins(const LeaseRecord& r, 
 // work is still draining blocks the ones after it until its drain is
 // observed.
 void LeaseScheduler::attribute(std::uint64_t now) {
+  attribute_leases(now);
+  for (auto& [id, t] : tenants_) refund(t);
+}
+
+void LeaseScheduler::attribute_leases(std::uint64_t now) {
   while (!records_.empty()) {
     LeaseRecord& r = records_.front();
     auto it = tenants_.find(r.tenant);
@@ -205,7 +233,14 @@ bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
   if (s.waiting > 0 || !s.drained_past(s.last_submit_ns)) return false;
   const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
   const std::uint64_t last_activity = std::max({s.last_submit_ns, s.drained_ns, lease_start});
-  return now >= last_activity + config_.idle_grace_ns;
+  const bool contended = std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
+    return &kv.second != &t && !kv.second.removed && kv.second.signals.waiting > 0 &&
+           (kv.second.policy.mode != Mode::kCapped ||
+            kv.second.cap_clock <= static_cast<double>(now));
+  });
+  return now >= last_activity +
+                    (contended ? std::min(config_.contended_idle_grace_ns, config_.idle_grace_ns)
+                               : config_.idle_grace_ns);
 }
 
 // Whether the tenant would use the GPU if it held the lease now.
@@ -242,6 +277,19 @@ bool LeaseScheduler::still_first_at_expiry(std::uint64_t now) const {
     if (t.vtime < holder_at_expiry) return false;
   }
   return true;
+}
+
+bool LeaseScheduler::preempted(std::uint64_t now) const {
+  const std::uint64_t start = records_.empty() ? now : records_.back().start_ns;
+  if (now < start + config_.preempt_after_ns) return false;
+  const Tenant& h = tenants_.at(*holder_);
+  const double margin = static_cast<double>(config_.quantum_ns) / weight_of(h.policy);
+  for (const auto& [id, t] : tenants_) {
+    if (id == *holder_ || t.removed || t.signals.waiting == 0) continue;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
+    if (t.vtime + margin < h.vtime) return true;
+  }
+  return false;
 }
 
 // Time until which the grant to `next` waits for the former holder's queued
@@ -288,7 +336,9 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   for (auto& [id, t] : tenants_) {
     const bool wants = wants_gpu(id, t, now);
     if (wants) {
-      if (!t.was_candidate && min_busy != std::numeric_limits<double>::max()) {
+      const bool was_idle =
+          t.last_demand_ns == 0 || now > t.last_demand_ns + config_.level_after_ns;
+      if (!t.was_candidate && was_idle && min_busy != std::numeric_limits<double>::max()) {
         t.vtime = std::max(t.vtime, min_busy);
       }
       t.last_demand_ns = now;
@@ -300,7 +350,20 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 
   if (holder_) {
     Tenant& h = tenants_.at(*holder_);
-    if (h.removed || holder_idle(h, now) || now >= expiry_ns_) {
+    if (!h.removed && holder_idle(h, now)) {
+      // Given back for idleness: the idle grace it waited out was charged
+      // as the lease ran, and was not use. (A gap its gate measures later
+      // begins before its next lease, and only its part inside that lease
+      // is reported, so nothing is refunded twice.)
+      const TenantSignals& sig = h.signals;
+      const std::uint64_t last = std::max(
+          {sig.last_submit_ns, sig.drained_ns, records_.empty() ? 0 : records_.back().start_ns});
+      if (now > last) {
+        h.pending_refund = std::min(h.pending_refund + (now - last), config_.refund_horizon_ns);
+        refund(h);
+      }
+      end_lease(now);
+    } else if (h.removed || now >= expiry_ns_ || preempted(now)) {
       end_lease(now);
     } else if (expiry_ns_ <= now + config_.extend_margin_ns) {
       // Would the holder still be the least-served at its expiry? Then

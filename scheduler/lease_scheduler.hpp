@@ -7,7 +7,8 @@
 // work until the lease expires. GPU time is attributed without overlap: the
 // holder owns the time from its grant (or from the moment the previous
 // holder's queued work drained, whichever is later) until its lease ended
-// and its own queued work drained (overrun). Attributed time drives
+// and its own queued work drained (overrun), less the gaps in which it had
+// nothing on the GPU (reported by its gate): busy time. Attributed time drives
 //  - weighted fair queueing: next holder = least virtual time
 //    (attributed time / weight) among tenants with demand;
 //  - the cap of `capped` tenants, enforced as a rate without banking: each
@@ -33,6 +34,10 @@ struct SchedulerConfig {
   // A holder with no waiting thread, nothing in flight and no submission for
   // this long gives the lease back early (work-conserving).
   std::uint64_t idle_grace_ns = 2'000'000;
+  // The same while another tenant waits for the GPU: the holder's idle time
+  // is refunded to it (it is charged busy time), so holding the GPU idle
+  // costs only the others; a short gap (a sync bubble) is still bridged.
+  std::uint64_t contended_idle_grace_ns = 300'000;
   // Work of a former holder still running this long after its lease ended is
   // no longer charged to it (hung kernel, lost drain marks).
   std::uint64_t drain_bound_ns = 100'000'000;
@@ -57,6 +62,19 @@ struct SchedulerConfig {
   // launch within this grace counts; a lease without one is charged from
   // its grant (so at most this much of a lease goes uncharged).
   std::uint64_t resume_grace_ns = 2'000'000;
+  // Idle gaps a tenant reports are refunded only against lease time charged
+  // to it recently: at most this much of its latest charges can be refunded
+  // (a forged idle_ns cannot buy more than that; ground truth is the
+  // backstop for the rest).
+  std::uint64_t refund_horizon_ns = 20'000'000;
+  // A tenant that comes back after at most this long without demand keeps
+  // its virtual time (a host gap between steps is not idling); after longer
+  // it starts level with the least-served busy tenant (no banked credit).
+  std::uint64_t level_after_ns = 20'000'000;
+  // A holder that has run this long in its lease gives way to a waiting
+  // tenant more than a quantum of its own virtual time behind it (one that
+  // came back from a short gap), instead of making it wait out the lease.
+  std::uint64_t preempt_after_ns = 1'000'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -75,6 +93,10 @@ struct TenantSignals {
   std::uint32_t busy_processes = 0;
   // When a thread last went on from the gate after waiting for a lease.
   std::uint64_t resumed_ns = 0;
+  // Cumulative GPU time the allocation had nothing on the GPU inside its
+  // leases (gaps between spells of work, measured by the gate on the GPU's
+  // clock). Its growth is refunded: leases are charged busy time.
+  std::uint64_t idle_ns = 0;
 
   // All work submitted up to `mark` is known complete.
   bool drained_past(std::uint64_t mark) const { return busy_processes == 0 && drained_ns >= mark; }
@@ -86,6 +108,7 @@ struct TenantStats {
   std::uint64_t granted_ns = 0;    // total lease time granted (incl. extensions)
   std::uint64_t handoffs = 0;      // leases this tenant handed to another one
   std::uint64_t unleased_ns = 0;   // charged from ground truth (charge_unleased), in attributed_ns
+  std::uint64_t refunded_ns = 0;   // idle gaps inside leases taken back out of attributed_ns
   std::uint32_t target_ppm = 0;    // entitlement among the active tenants
   std::uint32_t achieved_ppm = 0;  // attributed share of the last achieved window
   bool holder = false;
@@ -135,6 +158,9 @@ class LeaseScheduler {
     std::uint64_t last_demand_ns = 0;
     bool was_candidate = false;
     bool removed = false;
+    bool idle_known = false;           // signals.idle_ns seen once (baseline)
+    std::uint64_t pending_refund = 0;  // reported idle not refunded yet
+    std::uint64_t refundable = 0;      // recent lease charge a refund may take back
     TenantStats stats;
     std::deque<std::pair<std::uint64_t, std::uint64_t>> history;  // attributed intervals
   };
@@ -150,15 +176,18 @@ class LeaseScheduler {
   };
 
   void attribute(std::uint64_t now);
+  void attribute_leases(std::uint64_t now);
   std::optional<std::uint64_t> lease_begins(const LeaseRecord& r, const Tenant* t,
                                             std::uint64_t now) const;
   void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
+  void refund(Tenant& t);
   void end_lease(std::uint64_t now);
   void grant(TenantId id, std::uint64_t now);
   bool holder_idle(const Tenant& t, std::uint64_t now) const;
   bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;
   std::optional<TenantId> choose(std::uint64_t now);
   bool still_first_at_expiry(std::uint64_t now) const;
+  bool preempted(std::uint64_t now) const;
   std::uint64_t handoff_deferral(TenantId next, std::uint64_t now) const;
   void refresh_shares(std::uint64_t now);
   std::uint64_t next_deadline(std::uint64_t now) const;

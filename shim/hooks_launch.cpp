@@ -289,3 +289,44 @@ extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
   gate::streams_destroying(hStream);
   return r.cuStreamDestroy_v2(hStream);
 }
+
+// Synchronisation: when it returns, the work it waited for is complete; the
+// launch gate learns so at once (launch_gate_tracker.hpp, after_sync), so the
+// idle gap before the next launch is measured rather than charged.
+namespace {
+template <typename Sync>
+CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
+  gate::GpuTracker* tr = gate::syncing(stream, whole_context);
+  const CUresult rc = sync();
+  if (tr && rc == CUDA_SUCCESS) tr->after_sync();
+  return rc;
+}
+}  // namespace
+
+extern "C" CUresult cuCtxSynchronize() {
+  const RealDriver& r = real();
+  if (!r.cuCtxSynchronize) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize(); });
+}
+
+extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  const RealDriver& r = real();
+  if (!r.cuCtxSynchronize_v2) return CUDA_ERROR_NOT_FOUND;
+  // Another context than the current one says nothing about the tracker's.
+  CUcontext current = nullptr;
+  if (ctx && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
+  if (ctx && ctx != current) return r.cuCtxSynchronize_v2(ctx);
+  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize_v2(ctx); });
+}
+
+extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamSynchronize) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize(hStream); });
+}
+
+extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamSynchronize_ptsz) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize_ptsz(hStream); });
+}

@@ -232,8 +232,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     // First launch after an idle spell: count this process busy before the
     // work exists, and stamp the launch after that (on the clock the other
     // processes' pollers publish drain marks with), so no other process of
-    // the allocation can declare the queue drained past it.
-    tr.mark_busy();
+    // the allocation can declare the queue drained past it. The gap since
+    // the last spell is measured here too (idle time is not charged).
+    tr.begin_spell(stream, st.usage->gpus[gpu]);
     t_gate.now = gate::monotonic_now_ns();
   }
   return CUDA_SUCCESS;

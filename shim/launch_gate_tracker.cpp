@@ -71,6 +71,9 @@ void GpuTracker::reset_after_fork() noexcept {
   batches_ = {};
   free_events_ = {};
   ctx_ = nullptr;
+  spell_end_ = nullptr;
+  gap_ = {};
+  left_idle_ = false;
   oldest_batch_ns_.store(0);
   oldest_batch_end_.store(0);
   submitted_.store(kIdle);  // the child has a slot of its own, with no marks
@@ -96,6 +99,44 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
   if (stream_is_capturing(stream)) return;
   const AllocationState* st = allocation_state();
   record_locked(stream, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+}
+
+void GpuTracker::before_sync(CUstream stream, bool whole_context) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
+  std::lock_guard lock(mu_);
+  if (!has_tail()) return;
+  CUstream tail = tail_stream_.load(std::memory_order_relaxed);
+  if (!whole_context && tail != stream) return;
+  if (tail == CU_STREAM_PER_THREAD && !whole_context) tail = stream;
+  if (tail == CU_STREAM_PER_THREAD) tail = nullptr;  // another thread's: the legacy stream
+  CUcontext current = nullptr;
+  if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
+  if (!ctx_ || current != ctx_ || stream_is_capturing(tail)) return;
+  const AllocationState* st = allocation_state();
+  record_locked(tail, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+}
+
+void GpuTracker::after_sync() noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;
+  const AllocationState* st = allocation_state();
+  if (!st) return;
+  std::lock_guard lock(mu_);
+  while (!batches_.empty()) {
+    CUevent ev = batches_.front().event;
+    if (real().cuEventQuery(ev) != CUDA_SUCCESS) break;
+    complete_front_locked(ev, monotonic_now_ns(), st->usage->gpus[gpu_]);
+  }
+}
+
+GpuTracker* syncing(CUstream stream, bool whole_context) noexcept {
+  if (!detail::g_trackers.load(std::memory_order_acquire)) return nullptr;  // nothing launched
+  const AllocationState* st = allocation_state();
+  if (!st) return nullptr;
+  const unsigned gpu = st->device_count == 1 ? st->gpu_of_device[0] : current_gpu_index(*st);
+  if (gpu >= shm::kMaxGpus) return nullptr;
+  GpuTracker& tr = tracker(gpu);
+  tr.before_sync(stream, whole_context);
+  return &tr;
 }
 
 void GpuTracker::launch_failed() noexcept {
@@ -143,16 +184,12 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   if (first == 0) first = now;
   const RealDriver& r = real();
   if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&ctx_);
-  CUevent ev = nullptr;
-  if (!free_events_.empty()) {
-    ev = free_events_.back();
-    free_events_.pop_back();
-  } else if (r.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) !=
-             CUDA_SUCCESS) {
-    return;
-  }
+  CUevent ev = take_event_locked();
+  if (!ev) return;
   if (r.cuEventRecord(ev, stream) != CUDA_SUCCESS) {
-    free_events_.push_back(ev);
+    // Not reused: an event the driver refused (e.g. one of another context)
+    // would be refused again and again.
+    r.cuEventDestroy_v2(ev);
     return;
   }
   batches_.push_back({.event = ev,
@@ -181,6 +218,62 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   last_record_ns_.store(now, std::memory_order_relaxed);
 }
 
+// Timing is enabled (batches are recorded once per 256 launches or 250 us,
+// so its cost is off the launch path): the last batch event of a spell marks
+// on the GPU's clock where an idle gap began.
+CUevent GpuTracker::take_event_locked() noexcept {
+  CUevent ev = nullptr;
+  if (!free_events_.empty()) {
+    ev = free_events_.back();
+    free_events_.pop_back();
+  } else if (real().cuEventCreate(&ev, CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return ev;
+}
+
+void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
+  const std::uint32_t epoch = mark_busy();
+  std::lock_guard lock(mu_);
+  CUevent from = std::exchange(spell_end_, nullptr);
+  if (!from) return;
+  // Only a gap in which no process of the allocation had work on the GPU
+  // counts: this process left it idle, and is the next to make it busy.
+  if (epoch == 0 || epoch != idle_epoch_ + 1 || gap_.from || !real().cuEventElapsedTime_v2 ||
+      stream_is_capturing(stream)) {
+    free_events_.push_back(from);
+    return;
+  }
+  CUevent to = take_event_locked();
+  if (!to || real().cuEventRecord(to, stream) != CUDA_SUCCESS) {
+    free_events_.push_back(from);
+    if (to) free_events_.push_back(to);
+    return;
+  }
+  // A lease is charged from its first launch (resumed_ns): a gap that began
+  // before it (waiting for the lease, or before the lease) was not charged,
+  // so only its part after that instant is idle time of this lease.
+  const std::uint64_t now = monotonic_now_ns();
+  const std::uint64_t resumed = usage.resumed_ns.load(std::memory_order_acquire);
+  gap_ = {.from = from, .to = to, .clip_ns = now > resumed ? now - resumed : 0};
+}
+
+// Publishes a measured gap once both its events completed (the GPU reached
+// the first launch after it).
+void GpuTracker::settle_gap_locked(shm::GpuUsage& usage) noexcept {
+  if (!gap_.from) return;
+  float ms = 0;
+  const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
+  if (rc == CUDA_ERROR_NOT_READY) return;
+  if (rc == CUDA_SUCCESS && ms > 0) {
+    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+    usage.idle_ns.fetch_add(std::min(gap, gap_.clip_ns), std::memory_order_relaxed);
+  }
+  free_events_.push_back(gap_.from);
+  free_events_.push_back(gap_.to);
+  gap_ = {};
+}
+
 void GpuTracker::ensure_poller(shm::GpuUsage& usage) noexcept {
   if (poller_started_.load(std::memory_order_acquire)) return;
   bool expected = false;
@@ -196,11 +289,14 @@ void GpuTracker::publish_drained(std::uint64_t value, shm::GpuUsage& usage) noex
   store_max(usage.drained_ns, value);
 }
 
-void GpuTracker::mark_busy() noexcept {
+std::uint32_t GpuTracker::mark_busy() noexcept {
+  std::uint32_t epoch = 0;
   if (const AllocationState* st = allocation_state(); st && st->slot) {
-    shm::mark_busy(*st->usage, *st->slot, gpu_);
+    if (shm::mark_busy(*st->usage, *st->slot, gpu_))
+      epoch = st->usage->gpus[gpu_].busy_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   submitted_.fetch_and(~kIdle, std::memory_order_seq_cst);
+  return epoch;
 }
 
 // Everything this process submitted has completed: it leaves the busy count
@@ -208,7 +304,8 @@ void GpuTracker::mark_busy() noexcept {
 bool GpuTracker::settle_idle_locked() noexcept {
   if (busy()) {
     const AllocationState* st = allocation_state();
-    if (st && st->slot) shm::clear_busy(*st->usage, *st->slot, gpu_);
+    left_idle_ = st && st->slot && shm::clear_busy(*st->usage, *st->slot, gpu_);
+    if (left_idle_) idle_epoch_ = st->usage->gpus[gpu_].busy_epoch.load(std::memory_order_acquire);
     const std::uint64_t before = submitted_.fetch_or(kIdle, std::memory_order_seq_cst);
     if ((before & ~kIdle) != completed_.load(std::memory_order_acquire)) {
       mark_busy();  // a launch got past the gate while we cleared
@@ -223,7 +320,6 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
   const Batch done = batches_.front();
   batches_.pop_front();
-  free_events_.push_back(ev);
   // GPU time of the batch: from when the GPU could start it (its first
   // submission, or the previous batch's completion) to its completion.
   const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
@@ -253,8 +349,17 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   // launch has completed; if nothing else is pending, everything up to now
   // (the daemon reads them for the allocation only while no other process
   // of it is busy on the GPU).
+  left_idle_ = false;
   const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
   publish_drained(idle ? now : done.last_submit_ns, usage);
+  if (idle && left_idle_) {
+    // The spell ended with this event: an idle gap begins here on the GPU.
+    if (spell_end_) free_events_.push_back(spell_end_);
+    spell_end_ = ev;
+  } else {
+    free_events_.push_back(ev);
+  }
+  settle_gap_locked(usage);
 }
 
 void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,

@@ -101,7 +101,15 @@ class GpuTracker {
   // (set before its first launch after an idle spell, cleared by the poller
   // once everything completed).
   bool busy() const noexcept { return !(submitted_.load(std::memory_order_relaxed) & kIdle); }
-  void mark_busy() noexcept;
+  // Returns the allocation's new busy_epoch when this made it busy (0 -> 1
+  // processes with work in flight), else 0.
+  std::uint32_t mark_busy() noexcept;
+  // First launch of a spell (this process idle until now), before it goes to
+  // the driver on `stream`: marks busy and, when this process was the last
+  // one busy in the allocation, measures the gap since its previous spell on
+  // the GPU's clock (a timing event here against the last event of that
+  // spell). The gap is published in usage.idle_ns once both completed.
+  void begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
   // A launch that passed the gate failed: if nothing is in flight, leave the
   // busy count again (the enter marked it for the launch that did not happen).
@@ -115,6 +123,15 @@ class GpuTracker {
   // recorded now, while the handle is valid (the poller would record it
   // later, on a destroyed stream).
   void stream_destroyed(CUstream stream) noexcept;
+
+  // The application synchronises with the work of this process on the
+  // tracker's GPU: all of it (cuCtxSynchronize; stream null) or a stream's.
+  // Before: the tail of launches gets its event, so the sync has one to
+  // complete. After a successful sync: every batch whose event completed is
+  // completed here and now, so a launch right after the sync starts a new
+  // spell and its idle gap is measured (the poller may not have woken yet).
+  void before_sync(CUstream stream, bool whole_context) noexcept;
+  void after_sync() noexcept;
 
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;
@@ -135,6 +152,8 @@ class GpuTracker {
   void complete_front_locked(CUevent ev, std::uint64_t now, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
   bool settle_idle_locked() noexcept;
+  void settle_gap_locked(shm::GpuUsage& usage) noexcept;
+  CUevent take_event_locked() noexcept;
 
   std::atomic<std::uint64_t> submitted_{kIdle};   // launches forwarded by this process, | kIdle
   std::atomic<std::uint64_t> completed_{0};       // of those, known complete
@@ -162,6 +181,16 @@ class GpuTracker {
   std::deque<Batch> batches_;
   std::vector<CUevent> free_events_;
   CUcontext ctx_ = nullptr;
+  // Idle gaps (begin_spell). Under mu_.
+  struct GapProbe {
+    CUevent from = nullptr;     // last batch event of the spell before the gap
+    CUevent to = nullptr;       // recorded before the first launch after it
+    std::uint64_t clip_ns = 0;  // at most this much of it counts (time since the lease's start)
+  };
+  CUevent spell_end_ = nullptr;   // last event of the last spell that left the allocation idle
+  std::uint32_t idle_epoch_ = 0;  // usage.busy_epoch then
+  bool left_idle_ = false;        // the last settle_idle_locked() left the allocation idle
+  GapProbe gap_;
 };
 
 namespace detail {
@@ -180,6 +209,10 @@ inline GpuTracker& tracker(unsigned gpu) noexcept {
 void reset_trackers_after_fork() noexcept;
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
+// Around the application's cuCtxSynchronize (stream null, whole context) or
+// cuStreamSynchronize(stream), for the GPU of the current context. Returns
+// the tracker to call after_sync() on (null: none).
+GpuTracker* syncing(CUstream stream, bool whole_context) noexcept;
 
 std::uint64_t monotonic_now_ns() noexcept;
 // Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).

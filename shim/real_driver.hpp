@@ -93,7 +93,11 @@ namespace cushare::shim {
   X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                                       \
   X(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz)                             \
   X(cuStreamDestroy, ::cushare::shim::legacy::PFN_cuStreamDestroy_v2000)                     \
-  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)
+  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                                           \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                                            \
+  X(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000)                                        \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                                      \
+  X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz)
 
 // Driver functions the shim only calls (not hooked).
 #define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                \
@@ -118,6 +122,7 @@ namespace cushare::shim {
   X(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz)                                        \
   X(cuEventQuery, PFN_cuEventQuery_v2000)                                                    \
   X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                        \
+  X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080)                                    \
   X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                             \
   X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020)                                 \
   X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020)                                       \

@@ -132,7 +132,10 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // one's share back). drained_ns speaks for the allocation only while this
   // is 0: one idle process must not declare another one's queue drained.
   std::atomic<std::uint32_t> busy_processes;
-  std::uint32_t reserved0;
+  // Bumped by each process whose busy mark takes busy_processes from 0 to 1:
+  // a process that left the allocation idle and is the next to make it busy
+  // sees it advanced by exactly one, so no other process ran in between.
+  std::atomic<std::uint32_t> busy_epoch;
   // When a thread of the allocation last went on from the gate after waiting
   // for a lease (CLOCK_MONOTONIC; the first one after each grant): the
   // scheduler charges a lease from its first launch rather than from the
@@ -143,7 +146,11 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // driver call. Written by the allocation's own processes, so it can only
   // make its own contexts fit worse or better; ground truth is the backstop.
   std::atomic<std::uint64_t> context_overhead_seen;
-  std::uint8_t reserved[8];
+  // GPU time the allocation had nothing on the GPU between two spells of
+  // work while holding a lease (sync bubbles, host work between steps),
+  // measured on the GPU's own clock with timing events, cumulative. The
+  // scheduler charges busy time: lease time less these gaps.
+  std::atomic<std::uint64_t> idle_ns;
 };
 
 enum class SlotState : std::uint32_t {
@@ -215,5 +222,7 @@ static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
 static_assert(offsetof(GpuUsage, resumed_ns) == 104);
 static_assert(offsetof(GpuUsage, context_overhead_seen) == 112);
+static_assert(offsetof(GpuUsage, busy_epoch) == 100);
+static_assert(offsetof(GpuUsage, idle_ns) == 120);
 
 }  // namespace cushare::shm

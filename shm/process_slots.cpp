@@ -8,24 +8,30 @@ constexpr auto u32(SlotState s) {
 }
 
 // Never below zero, whatever a tenant wrote into the counter.
-void decrement_floor_zero(std::atomic<std::uint32_t>& count) {
+// Returns the count left (0 when it already was).
+std::uint32_t decrement_floor_zero(std::atomic<std::uint32_t>& count) {
   std::uint32_t cur = count.load(std::memory_order_relaxed);
   while (cur > 0 && !count.compare_exchange_weak(cur, cur - 1, std::memory_order_seq_cst,
                                                  std::memory_order_relaxed)) {
   }
+  return cur > 0 ? cur - 1 : 0;
 }
 
 // A per-process mark on one GPU: bit `gpu` of the slot's `bits`, counted once
-// in the GPU's `count` while set.
-void set_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
+// in the GPU's `count` while set. Returns whether this made the count 1.
+bool set_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
   const std::uint32_t bit = 1u << gpu;
   if ((bits.fetch_or(bit, std::memory_order_seq_cst) & bit) == 0)
-    count.fetch_add(1, std::memory_order_seq_cst);
+    return count.fetch_add(1, std::memory_order_seq_cst) == 0;
+  return false;
 }
 
-void clear_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
+// Returns whether this made the count 0.
+bool clear_mark(std::atomic<std::uint32_t>& bits, std::atomic<std::uint32_t>& count, unsigned gpu) {
   const std::uint32_t bit = 1u << gpu;
-  if (bits.fetch_and(~bit, std::memory_order_seq_cst) & bit) decrement_floor_zero(count);
+  if (bits.fetch_and(~bit, std::memory_order_seq_cst) & bit)
+    return decrement_floor_zero(count) == 0;
+  return false;
 }
 
 }  // namespace
@@ -94,20 +100,20 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
   return returned;
 }
 
-void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  set_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
+bool mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  return set_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
 }
 
-void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  clear_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
+bool clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  return clear_mark(slot.busy_gpus, usage.gpus[gpu].busy_processes, gpu);
 }
 
-void mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  set_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
+bool mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  return set_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
 }
 
-void clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
-  clear_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
+bool clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
+  return clear_mark(slot.demand_gpus, usage.gpus[gpu].demand, gpu);
 }
 
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index) {

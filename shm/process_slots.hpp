@@ -40,15 +40,17 @@ std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index);
 
 // The process of `slot` has work in flight on `gpu` (counted once in
 // usage.gpus[gpu].busy_processes however often it is called), or no longer
-// has. A reclaim or release takes the slot's marks back.
-void mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
-void clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+// has. A reclaim or release takes the slot's marks back. mark_busy returns
+// whether this made the allocation busy (the count went 0 -> 1), clear_busy
+// whether this left it idle (the count went to 0).
+bool mark_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+bool clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 
 // A thread of the process of `slot` waits at the launch gate for `gpu`
 // (counted once in usage.gpus[gpu].demand), or none does any more. Taken
 // back by a reclaim or release like the busy mark.
-void mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
-void clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+bool mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
+bool clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 
 // Moves slot `index` from `expected` to kReclaiming (only one caller can
 // succeed), returns its bytes and overhead to the totals, clears it and frees

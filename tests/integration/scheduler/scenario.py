@@ -49,6 +49,49 @@ SCENARIOS = {
 }
 
 
+# Workload shapes: what each tenant's spin_worker does besides the policy's
+# kernels. name -> (extra arguments, kernel_us override or None).
+SHAPES = {
+    "async": ([], None),                                     # deep asynchronous queue
+    "sync1": (["--sync-every", "1"], None),                  # cuCtxSynchronize after every kernel
+    "sync4": (["--sync-every", "4"], None),
+    "sync16": (["--sync-every", "16"], None),
+    "streams2": (["--streams", "2"], None),                  # two streams per process
+    "short": ([], "10"),                                     # 10 us kernels
+    "mixed": ([], "50~20000"),                               # 50 us - 20 ms, drawn at random
+    "hostgap": (["--sync-every", "4", "--host-gap-us", "2000"], None),  # 2 ms CPU per 4 ms GPU
+}
+
+
+# The device's busy fraction a lone, unthrottled tenant of each shape
+# reaches on fakegpu (burst30, tests/bench/scheduler), less 2 points: with
+# several tenants the device must stay at least this busy.
+DEVICE_FLOOR = {"async": 95, "sync1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
+                "short": 95, "mixed": 93, "hostgap": 63}
+
+
+def shaped_checks(checks, tenants, shape):
+    """A shape with gaps of its own (synchronisation, host work) leaves the
+    device idle part of the time whoever holds it: burst tenants are then
+    judged on their split of the busy time, the device on its floor."""
+    if shape == "async":
+        return checks
+    modes = {t[0]: t[2] for t in tenants}
+    out = []
+    for c in checks:
+        if c[0] == "share" and modes.get(c[1]) == "burst":
+            out.append(("busy_share",) + tuple(c[1:]))
+        elif c[0] == "min" and modes.get(c[1]) == "burst":
+            out.append(("min", c[1], DEVICE_FLOOR[shape]))
+        elif c[0] == "device_min":
+            out.append(("device_min", min(c[1], DEVICE_FLOOR[shape])))
+        else:
+            out.append(c)
+    if any(m == "burst" for m in modes.values()) and not any(c[0] == "device_min" for c in out):
+        out.append(("device_min", DEVICE_FLOOR[shape]))
+    return out
+
+
 def priority_prefix():
     """Scenario processes (daemon, tenants) sleep almost all the time; on a
     loaded 2-core box their wake-ups must not queue behind compilers, since
@@ -63,6 +106,8 @@ def priority_prefix():
     return []
 
 
+# The daemon runs raised, as deployed (systemd unit, DaemonSet); tenants run
+# at normal priority, as in production.
 PRIORITY = priority_prefix() if os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1" else []
 
 
@@ -71,7 +116,7 @@ def log(msg):
 
 
 class Env:
-    def __init__(self, build_dir, quantum_ms, keep):
+    def __init__(self, build_dir, quantum_ms, keep, shape="async", hogs=0):
         self.build = os.path.abspath(build_dir)
         self.tmp = tempfile.mkdtemp(prefix="cushare-sched-")
         self.run_dir = os.path.join(self.tmp, "run")
@@ -79,6 +124,8 @@ class Env:
         self.state = os.path.join(self.tmp, "fakegpu.state")
         self.quantum_ms = quantum_ms
         self.keep = keep
+        self.shape = shape
+        self.hogs = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(hogs)]
         self.daemon = None
         self.tenants = {}
         self.base_env = dict(os.environ)
@@ -116,8 +163,11 @@ class Env:
             "CUSHARE_COMPUTE_MODE": mode,
         })
         out = open(os.path.join(self.tmp, name + ".out"), "w")
-        args = PRIORITY + [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds)]
-        args += ["--kernel-us", kernel_us]
+        extra, shape_kernel = SHAPES[self.shape]
+        if shape_kernel and kernel_us == "1000":
+            kernel_us = shape_kernel
+        args = [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds)]
+        args += ["--kernel-us", kernel_us] + extra
         if "~" in kernel_us:  # durations drawn at random between the two
             args[-1] = kernel_us.replace("~", ",")
             args += ["--random", "--seed", str(len(self.tenants) + 1)]
@@ -151,6 +201,9 @@ class Env:
         raise RuntimeError("tenants did not start: " + ", ".join(names))
 
     def close(self):
+        for h in self.hogs:
+            h.kill()
+            h.wait()
         for p in self.tenants.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
@@ -198,6 +251,7 @@ def fmt(shares):
 
 def run_table(env, name, window, warmup):
     tenants, checks = SCENARIOS[name]
+    checks = shaped_checks(checks, tenants, env.shape)
     for t in tenants:
         env.start_tenant(*t, seconds=warmup + window + 3)
     env.wait_ready([t[0] for t in tenants])
@@ -310,10 +364,13 @@ def main():
     ap.add_argument("--window", type=float, default=2.5)
     ap.add_argument("--warmup", type=float, default=0.7)
     ap.add_argument("--quantum-ms", type=float, default=10)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="async",
+                    help="what every tenant's workload looks like")
+    ap.add_argument("--hogs", type=int, default=0, help="CPU-bound processes running beside")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     a = ap.parse_args()
-    env = Env(a.build_dir, a.quantum_ms, a.keep)
+    env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs)
     try:
         env.start_daemon()
         if a.name == "late_joiner":
@@ -333,7 +390,7 @@ def main():
         return 2
     env.close()
     if a.json:
-        print(json.dumps({"scenario": a.name, "window_s": a.window, "shares": shares,
+        print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures}))
     log(f"{a.name}: {fmt(shares)}")
     for f in failures:

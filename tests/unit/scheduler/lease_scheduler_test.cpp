@@ -23,6 +23,8 @@ struct SimTenant {
   bool stalled = false;          // holds in-flight work that never finishes
   std::uint64_t wake_ns = 0;     // its waiting thread starts submitting this long after a grant
   bool publishes_resume = true;  // its shim stamps resumed_ns
+  double duty = 1.0;             // of its lease time, the part its work is on the GPU; the
+                                 // rest its gate reports as idle gaps (idle_ns)
   std::uint64_t granted_at = 0;
   TenantSignals signals;
   std::uint64_t gpu_ns = 0;  // ground truth
@@ -50,6 +52,7 @@ class Sim {
           s.expected_drain_ns = now + t.overrun_ns;
           if (t.publishes_resume && s.resumed_ns < t.granted_at)
             s.resumed_ns = t.granted_at + t.wake_ns;  // when the simulated GPU starts it
+          s.idle_ns += static_cast<std::uint64_t>(static_cast<double>(dt) * (1.0 - t.duty));
         } else {
           s.waiting = t.busy ? 1 : 0;
         }
@@ -77,7 +80,8 @@ class Sim {
         draining.reset();
         const SimTenant* h = d.holder ? &tenants[*d.holder] : nullptr;
         if (h && now < lease_expiry && h->busy && now >= h->granted_at + h->wake_ns) {
-          tenants[*d.holder].gpu_ns += dt;
+          tenants[*d.holder].gpu_ns +=
+              static_cast<std::uint64_t>(static_cast<double>(dt) * h->duty);
           current_runner = d.holder;
         } else if (current_runner) {
           current_runner.reset();
@@ -430,6 +434,76 @@ TEST(LeaseScheduler, ReturningFromIdleDoesNotBankCredit) {
   auto s = measure(sim, 30 * kMs, 200 * kMs);
   EXPECT_NEAR(s[1], 50.0, 6.0);
   EXPECT_NEAR(s[2], 50.0, 6.0);
+}
+
+TEST(LeaseScheduler, IdleGapsInsideLeasesAreRefundedSoCapsHoldInBusyTime) {
+  // A tenant that synchronises has its work on the GPU only part of its
+  // lease; charged lease time, a cap of 30 gave it 30 x duty. Charged busy
+  // time, it gets its cap of the GPU.
+  for (double duty : {0.9, 0.6}) {
+    Sim sim;
+    sim.add(1, capped(30), {.duty = duty});
+    auto s = measure(sim, 200 * kMs, 2000 * kMs);
+    EXPECT_NEAR(s[1], 30.0, 1.0) << "duty " << duty;
+    EXPECT_GT(sim.sched.stats(1).refunded_ns, 0u);
+  }
+}
+
+TEST(LeaseScheduler, BurstTenantsSplitBusyTimeByWeightWhateverTheirDuty) {
+  Sim sim;
+  sim.add(1, burst(1), {.duty = 0.7});
+  sim.add(2, burst(3), {.duty = 0.95});
+  auto s = measure(sim, 200 * kMs, 3000 * kMs);
+  const double busy = s[1] + s[2];
+  EXPECT_NEAR(100.0 * s[1] / busy, 25.0, 2.0);
+  EXPECT_NEAR(100.0 * s[2] / busy, 75.0, 2.0);
+}
+
+TEST(LeaseScheduler, AForgedIdleCounterRefundsAtMostTheRecentCharge) {
+  SchedulerConfig cfg;
+  Sim sim(cfg);
+  sim.add(1, burst(1));
+  sim.run(500 * kMs);
+  const std::uint64_t before = sim.sched.stats(1).attributed_ns;
+  sim.tenants[1].signals.idle_ns += 1'000'000 * kMs;  // a tenant writes its own region
+  sim.run(kMs);
+  const TenantStats after = sim.sched.stats(1);
+  EXPECT_LE(after.refunded_ns, cfg.refund_horizon_ns);
+  EXPECT_GE(after.attributed_ns + cfg.refund_horizon_ns, before);
+  // A counter that goes backwards is a new baseline, not a refund.
+  sim.tenants[1].signals.idle_ns = 0;
+  sim.run(kMs);
+  EXPECT_EQ(sim.sched.stats(1).refunded_ns, after.refunded_ns);
+}
+
+TEST(LeaseScheduler, ATenantBackFromAShortGapKeepsItsPlaceAndGetsItsDemand) {
+  // Weight 3 next to weight 1, but 2 ms of host work after every 4 ms of
+  // GPU work: its demand (2/3) is below its entitlement (3/4), so it gets its
+  // demand. Levelled as if back from idle after each gap, and made to wait
+  // out the other's lease, it got half.
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(3));
+  std::map<TenantId, std::uint64_t> before;
+  std::uint64_t window = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (step == 40) {
+      for (auto& [id, t] : sim.tenants) before[id] = t.gpu_ns;
+      window = 0;
+    }
+    // Tenant 2 works until it has had 4 ms of GPU time, then pauses 2 ms.
+    const std::uint64_t start = sim.tenants[2].gpu_ns;
+    sim.tenants[2].busy = true;
+    const std::uint64_t t0 = sim.now;
+    while (sim.tenants[2].gpu_ns < start + 4 * kMs && sim.now < t0 + 50 * kMs) sim.run(100 * kUs);
+    sim.tenants[2].busy = false;
+    sim.run(2 * kMs);
+    window += sim.now - t0;
+  }
+  const double s2 = sim.share(2, before[2], window);
+  const double s1 = sim.share(1, before[1], window);
+  EXPECT_GT(s2, 60.0);
+  EXPECT_GT(s1, 25.0);
 }
 
 TEST(LeaseScheduler, AdoptedLeaseContinuesAfterRestart) {

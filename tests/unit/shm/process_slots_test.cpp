@@ -193,8 +193,8 @@ TEST(ShmProcessSlots, ReclaimNeverStealsAReclaimedAndReclaimedSlot) {
 // waiting at the launch gate" (demand) keep the same books.
 struct MarkKind {
   const char* name;
-  void (*mark)(UsageRegion&, ProcessSlot&, unsigned);
-  void (*clear)(UsageRegion&, ProcessSlot&, unsigned);
+  bool (*mark)(UsageRegion&, ProcessSlot&, unsigned);
+  bool (*clear)(UsageRegion&, ProcessSlot&, unsigned);
   std::atomic<std::uint32_t> GpuUsage::*count;
   std::atomic<std::uint32_t> ProcessSlot::*bits;
 };
@@ -228,6 +228,24 @@ TEST_P(ShmProcessMarks, CountEachProcessOnce) {
   EXPECT_EQ(count(*usage, 3), 1u);
   EXPECT_EQ(bits(sa), 0u);
   EXPECT_EQ(bits(sb), (1u << 3) | 1u);
+}
+
+TEST_P(ShmProcessMarks, SayWhenTheAllocationTurnsBusyAndIdle) {
+  // The launch gate measures idle gaps only between the process that left
+  // the allocation idle and the next one to make it busy.
+  auto usage = std::make_unique<UsageRegion>();
+  const auto id = me();
+  auto a = claim_slot(*usage, id, 1);
+  auto b = claim_slot(*usage, id, 1);
+  ASSERT_TRUE(a && b);
+  ProcessSlot& sa = usage->slots[*a];
+  ProcessSlot& sb = usage->slots[*b];
+  EXPECT_TRUE(GetParam().mark(*usage, sa, 2));    // 0 -> 1
+  EXPECT_FALSE(GetParam().mark(*usage, sa, 2));   // already counted
+  EXPECT_FALSE(GetParam().mark(*usage, sb, 2));   // 1 -> 2
+  EXPECT_FALSE(GetParam().clear(*usage, sa, 2));  // 2 -> 1
+  EXPECT_FALSE(GetParam().clear(*usage, sa, 2));  // not counted any more
+  EXPECT_TRUE(GetParam().clear(*usage, sb, 2));   // 1 -> 0
 }
 
 TEST_P(ShmProcessMarks, ReclaimTakesADeadProcessOutOfTheCount) {

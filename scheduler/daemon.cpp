@@ -54,6 +54,34 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), registry_(conf
 
 Daemon::~Daemon() = default;
 
+LeaseScheduler* Daemon::scheduler_of(const TenantRef& ref) {
+  return ref.gpu_key.empty() ? nullptr : &scheduler_for(ref.gpu_key);
+}
+
+// A "*" entry's tenant is arbitrated with the other tenants of the GPU NVML
+// shows its processes on (the first such GPU, should they use several; the
+// ground-truth backstop charges its time on the others). Moving it takes it
+// out of the old GPU's scheduler; sync_tenants adds it to the new one.
+void Daemon::resolve_any_gpu(const std::vector<GpuProcesses>& gpus, std::uint64_t now) {
+  for (auto& [id, ref] : tenants_) {
+    if (ref.uuid != shm::kAnyGpu || gpus.empty()) continue;
+    const AllocationState& st = states_[ref.alloc_id];
+    std::string found;
+    for (const auto& gpu : gpus) {
+      for (const auto& [slot, p] : st.processes.verified()) {
+        if (gpu.memory.contains(p.host_pid)) found = gpu.uuid;
+      }
+      if (!found.empty()) break;
+    }
+    if (found.empty() || found == ref.gpu_key) continue;
+    if (LeaseScheduler* old = scheduler_of(ref); old && old->has_tenant(id))
+      old->remove_tenant(id, now);
+    spdlog::info("allocation {} gpu {} ('*'): its processes run on {}", ref.alloc_id, ref.gpu,
+                 found);
+    ref.gpu_key = found;
+  }
+}
+
 LeaseScheduler& Daemon::scheduler_for(const std::string& uuid) {
   auto& s = schedulers_[uuid];
   if (!s) s = std::make_unique<LeaseScheduler>(config_.scheduler);
@@ -75,7 +103,22 @@ void Daemon::on_added(Allocation& a, std::uint64_t) {
     if (tenant_ids_.contains(key)) continue;
     const TenantId id = next_tenant_id_++;
     tenant_ids_[key] = id;
-    TenantRef ref{.alloc_id = a.id, .gpu = g, .uuid = uuid, .id = id};
+    TenantRef ref{.alloc_id = a.id, .gpu = g, .uuid = uuid, .gpu_key = uuid, .id = id};
+    if (uuid == shm::kAnyGpu) {
+      // Any GPU the container sees: arbitrated on the GPU its processes use
+      // (resolve_any_gpu). A node with one GPU has only that one; without
+      // NVML nothing says which, and the entry gets a scheduler of its own.
+      ref.gpu_key.clear();
+      const auto gpus = nvml_.available() ? nvml_.gpu_uuids() : std::vector<std::string>{};
+      if (gpus.size() == 1) ref.gpu_key = gpus.front();
+      if (!nvml_.available()) {
+        ref.gpu_key = uuid;
+        spdlog::warn(
+            "allocation {} gpu {}: limits entry '*' without NVML: it cannot be "
+            "placed on a GPU and is arbitrated on its own",
+            a.id, g);
+      }
+    }
     const auto& gl = limits.gpus[g];
     if (const shm::UsageRegion* u = a.usage_region())
       ref.base_busy_ns = u->gpus[g].busy_ns.load(std::memory_order_relaxed);
@@ -95,8 +138,7 @@ void Daemon::on_removed(const std::string& alloc_id, std::uint64_t now) {
     }
     const TenantId id = it->second;
     if (auto* t = tenant(id)) {
-      auto& s = scheduler_for(t->uuid);
-      if (s.has_tenant(id)) s.remove_tenant(id, now);
+      if (LeaseScheduler* s = scheduler_of(*t); s && s->has_tenant(id)) s->remove_tenant(id, now);
       tenants_.erase(id);
     }
     it = tenant_ids_.erase(it);
@@ -118,8 +160,18 @@ void Daemon::sync_tenants(std::uint64_t now) {
     if (it == allocs.end()) continue;
     Allocation& a = *it->second;
     auto& gl = a.limits.mutable_region().gpus[ref.gpu];
-    auto& sched = scheduler_for(ref.uuid);
     AllocationState& st = states_[ref.alloc_id];
+    if (ref.gpu_key.empty()) {
+      // A "*" entry whose GPU is not known yet gets no lease; demand makes
+      // the next NVML pass come at once.
+      const shm::UsageRegion* u = a.usage_region();
+      if (u && u->gpus[ref.gpu].demand.load(std::memory_order_relaxed) > 0 &&
+          st.processes.live() > 0) {
+        next_nvml_ns_ = std::min(next_nvml_ns_, now + kEarlyHousekeepingNs);
+      }
+      continue;
+    }
+    auto& sched = scheduler_for(ref.gpu_key);
     const shm::UsageRegion* usage = a.usage_region();
     const bool present = usage && st.processes.live() > 0;
     if (!present) {
@@ -292,6 +344,7 @@ void Daemon::ground_truth(std::uint64_t now) {
     if (auto b = nvml_.process_busy(uuid)) g.busy = std::move(*b), g.busy_ok = true;
     gpus.push_back(std::move(g));
   }
+  resolve_any_gpu(gpus, now);
   const auto unslotted = unslotted_processes(gpus);
   for (auto& [alloc_id, a] : registry_.allocations()) {
     shm::UsageRegion* usage = a->usage_region();
@@ -375,7 +428,9 @@ void Daemon::ground_truth(std::uint64_t now) {
       if (tid == tenant_ids_.end()) continue;
       TenantRef* ref = tenant(tid->second);
       if (!ref) continue;
-      LeaseScheduler& sched = scheduler_for(ref->uuid);
+      LeaseScheduler* found = scheduler_of(*ref);
+      if (!found) continue;
+      LeaseScheduler& sched = *found;
       const std::uint64_t charged_total = sched.stats(ref->id).attributed_ns;
       const std::uint64_t charged = charged_total >= ref->charged_at_sample_ns
                                         ? charged_total - ref->charged_at_sample_ns
@@ -471,7 +526,8 @@ void Daemon::publish_figures(std::uint64_t) {
     if (it == allocs.end()) continue;
     auto& gl = it->second->limits.mutable_region().gpus[ref.gpu];
     shm::UsageRegion* usage = it->second->usage_region();
-    const TenantStats st = scheduler_for(ref.uuid).stats(id);
+    const LeaseScheduler* sched = scheduler_of(ref);
+    const TenantStats st = sched ? sched->stats(id) : TenantStats{};
     // Stats restart from zero when a tenant leaves and comes back: keep the
     // published counters monotonic by folding the old run into the base.
     if (st.attributed_ns < ref.last_attributed_ns) {
@@ -499,7 +555,7 @@ void Daemon::publish_figures(std::uint64_t) {
     const auto lim = shm::read_gpu_limits(it->second->limits.region(), ref.gpu);
     TenantMetrics t;
     t.allocation = ref.alloc_id;
-    t.gpu_uuid = ref.uuid;
+    t.gpu_uuid = ref.gpu_key.empty() ? ref.uuid : ref.gpu_key;
     t.gpu_index = ref.gpu;
     t.mode = lim.mode == shm::ComputeMode::kCapped ? "capped" : "burst";
     t.compute_limit_pct = lim.compute_limit_pct;

@@ -60,7 +60,10 @@ class Daemon {
   struct TenantRef {
     std::string alloc_id;
     unsigned gpu = 0;
-    std::string uuid;
+    std::string uuid;  // of its limits entry: a GPU's, or shm::kAnyGpu
+    // The GPU whose scheduler arbitrates it: the entry's UUID, or for a "*"
+    // entry the GPU NVML shows its processes on (empty until known).
+    std::string gpu_key;
     TenantId id = 0;
     TenantPolicy policy;
     // Counters published before this daemon instance (restart) or before
@@ -93,11 +96,15 @@ class Daemon {
   };
   std::map<std::string, std::vector<VerifiedProcess>> unslotted_processes(
       const std::vector<GpuProcesses>& gpus);
-  void kill_process(Allocation& a, unsigned entry, const ProcessUse& victim, const std::string& why);
+  void kill_process(Allocation& a, unsigned entry, const ProcessUse& victim,
+                    const std::string& why);
   void publish_lease(const std::string& uuid, const LeaseDecision& d);
   void publish_figures(std::uint64_t now);
   void heartbeat(std::uint64_t now);
   LeaseScheduler& scheduler_for(const std::string& uuid);
+  // The scheduler of the tenant's GPU; null while a "*" entry's GPU is not known.
+  LeaseScheduler* scheduler_of(const TenantRef& ref);
+  void resolve_any_gpu(const std::vector<GpuProcesses>& gpus, std::uint64_t now);
   TenantRef* tenant(TenantId id);
 
   DaemonConfig config_;

@@ -65,6 +65,10 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
       sc.cap_bank_ns = ms_to_ns(number(), "cap_bank_ms");
     } else if (key == "over_quota_grace_ms") {
       opts.daemon.over_quota_grace_ns = ms_to_ns(number(), "over_quota_grace_ms");
+    } else if (key == "realtime_priority") {
+      if (!value.is_number_integer() || value.get<int>() < 0 || value.get<int>() > 99)
+        throw std::runtime_error("config key 'realtime_priority' must be an integer 0-99");
+      opts.realtime_priority = value.get<int>();
     } else if (key == "over_quota") {
       if (!value.is_string()) throw std::runtime_error("config key 'over_quota' must be a string");
       opts.daemon.over_quota = over_quota_action(value.get<std::string>(), "over_quota");
@@ -133,6 +137,11 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
   app.add_option("--over-quota-grace-ms", over_quota_grace_ms,
                  "how long ground truth may show an allocation above its memory quota (default "
                  "2000)");
+  std::optional<int> realtime_priority;
+  app.add_option("--realtime-priority", realtime_priority,
+                 "run the scheduling thread with SCHED_RR at this priority (1-99; 0, the "
+                 "default: normal priority); lease hand-offs wait for its wake-ups")
+      ->check(CLI::Range(0, 99));
   try {
     app.parse(argc, argv);
     if (!config_file.empty()) {
@@ -147,6 +156,7 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
       throw std::runtime_error("--run-dir is required (or run_dir in the --config file)");
     if (quantum_ms) opts.daemon.scheduler.quantum_ns = ms_to_ns(*quantum_ms, "--quantum-ms");
     if (!metrics_addr.empty()) opts.metrics_addr = metrics_addr;
+    if (realtime_priority) opts.realtime_priority = *realtime_priority;
     if (!log_level.empty()) opts.log_level = checked_log_level(log_level, "--log-level");
     if (!over_quota.empty()) opts.daemon.over_quota = over_quota_action(over_quota, "--over-quota");
     if (over_quota_grace_ms)

@@ -15,6 +15,8 @@ struct DaemonOptions {
   std::string metrics_addr;  // HOST:PORT; empty = no metrics endpoint
   std::string log_level = "info";
   bool check_config = false;  // --check-config: validate, print a summary, exit
+  // SCHED_RR priority of the scheduling thread (1-99); 0: normal priority.
+  int realtime_priority = 0;
 };
 
 // Parses argv (CLI11). Returns the options, or nullopt after printing help
@@ -24,7 +26,7 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
 
 // Applies a JSON config text: {"quantum_ms": 10, "metrics_addr": "127.0.0.1:9400",
 // "idle_grace_ms": 2, "drain_bound_ms": 100, "cap_bank_ms": 30, "log_level": "info",
-// "over_quota": "kill", "over_quota_grace_ms": 2000}.
+// "over_quota": "kill", "over_quota_grace_ms": 2000, "realtime_priority": 10}.
 // Throws std::runtime_error naming the bad key (an unknown log_level included).
 void apply_config_json(const std::string& text, DaemonOptions& opts);
 

@@ -1,8 +1,11 @@
 // cushared: the node daemon. See docs/scheduler.md.
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 
 #include "scheduler/daemon.hpp"
@@ -33,9 +36,12 @@ int main(int argc, char** argv) {
   if (!opts) return exit_code;
   if (opts->check_config) {
     const auto& sc = opts->daemon.scheduler;
-    fmt::print("configuration OK: run dir {}, quantum {} ms, metrics {}, log level {}\n",
-               opts->daemon.run_dir.string(), sc.quantum_ns / 1e6,
-               opts->metrics_addr.empty() ? "off" : opts->metrics_addr, opts->log_level);
+    fmt::print(
+        "configuration OK: run dir {}, quantum {} ms, metrics {}, log level {}, real-time "
+        "priority {}\n",
+        opts->daemon.run_dir.string(), sc.quantum_ns / 1e6,
+        opts->metrics_addr.empty() ? "off" : opts->metrics_addr, opts->log_level,
+        opts->realtime_priority > 0 ? std::to_string(opts->realtime_priority) : "off");
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
@@ -92,6 +98,19 @@ int main(int argc, char** argv) {
   }
 #endif
 
+  if (opts->realtime_priority > 0) {
+    // Only this thread (the scheduler's): the metrics and control threads,
+    // which answer whoever connects, stay at normal priority.
+    sched_param param{.sched_priority = opts->realtime_priority};
+    if (const int err = pthread_setschedparam(pthread_self(), SCHED_RR, &param); err != 0) {
+      spdlog::warn(
+          "cannot run at real-time priority {} ({}): lease hand-offs then wait for "
+          "the CPU like any process",
+          opts->realtime_priority, std::strerror(err));
+    } else {
+      spdlog::info("scheduling thread at SCHED_RR priority {}", opts->realtime_priority);
+    }
+  }
   daemon->run(g_stop);
 
 #ifdef CUSHARE_HAVE_CONTROL

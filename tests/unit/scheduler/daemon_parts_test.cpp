@@ -71,6 +71,10 @@ TEST(DaemonOptions, ConfigFileAndFlags) {
   EXPECT_THROW(apply_config_json(R"({"quantum_ms": "x"})", o), std::runtime_error);
   EXPECT_THROW(apply_config_json(R"({"quantum_ms": -1})", o), std::runtime_error);
   EXPECT_THROW(apply_config_json("not json", o), std::runtime_error);
+  apply_config_json(R"({"realtime_priority": 10})", o);
+  EXPECT_EQ(o.realtime_priority, 10);
+  EXPECT_THROW(apply_config_json(R"({"realtime_priority": 100})", o), std::runtime_error);
+  EXPECT_THROW(apply_config_json(R"({"realtime_priority": 1.5})", o), std::runtime_error);
 
   const char* argv[] = {"cushared", "--run-dir",      "/tmp/x",    "--quantum-ms",
                         "5",        "--metrics-addr", "[::1]:9000"};

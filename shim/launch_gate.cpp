@@ -13,11 +13,15 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
 #include "shim/allocation_state.hpp"
+#include "shim/duty_cycle_plan.hpp"
+#include "shim/duty_cycle_table.hpp"
 #include "shim/launch_gate_clock.hpp"
 #include "shim/launch_gate_demand.hpp"
 #include "shim/launch_gate_tracker.hpp"
@@ -74,24 +78,29 @@ std::uint64_t excess(std::uint64_t now, std::uint64_t expiry, const gate::GpuTra
 }
 
 // Local duty cycle without a daemon: a capped allocation may submit during
-// the first limit% of every period (all processes share the phase, since it
-// derives from CLOCK_MONOTONIC). Returns 0 when allowed now, else the time
-// to sleep.
-std::uint64_t duty_cycle_wait(const shm::LimitsRegion& limits, unsigned gpu,
-                              std::uint64_t now) noexcept {
-  const auto& g = limits.gpus[gpu];
+// its window of limit% of every period. Allocations of one node run dir lay
+// their windows end to end (duty_cycle_table.hpp); all processes of an
+// allocation share the phase, since it derives from CLOCK_MONOTONIC.
+// Returns 0 when allowed now, else the time to sleep.
+std::uint64_t duty_cycle_wait(const AllocationState& st, unsigned gpu, std::uint64_t now) noexcept {
+  const auto& g = st.limits->gpus[gpu];
   if (static_cast<shm::ComputeMode>(g.mode.load(std::memory_order_relaxed)) !=
       shm::ComputeMode::kCapped) {
     return 0;  // burst: runs free when nobody arbitrates
   }
-  std::uint64_t quantum = limits.quantum_ns.load(std::memory_order_relaxed);
+  std::uint64_t quantum = st.limits->quantum_ns.load(std::memory_order_relaxed);
   if (quantum == 0) quantum = kDefaultQuantumNs;
   const std::uint64_t period = 10 * quantum;
   const std::uint32_t pct = std::clamp<std::uint32_t>(g.compute_limit_pct.load(), 1, 100);
-  const std::uint64_t on = period * pct / 100;
-  const std::uint64_t phase = now % period;
-  if (phase + kQueueHorizonNs / 2 < on) return 0;
-  return period - phase;
+  static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> refreshed{};
+  static std::array<std::atomic<std::uint32_t>, shm::kMaxGpus> offsets{};
+  if (now >= refreshed[gpu].load(std::memory_order_relaxed) + kDutyRefreshNs) {
+    refreshed[gpu].store(now, std::memory_order_relaxed);
+    const std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
+    offsets[gpu].store(duty_offset_for(st.run_dir, uuid, pct, now), std::memory_order_relaxed);
+  }
+  return duty_wait_ns(now, period, offsets[gpu].load(std::memory_order_relaxed), pct,
+                      kQueueHorizonNs / 2);
 }
 
 // Whether the node run dir this allocation lives in (RUN/alloc/<id>) holds a
@@ -168,7 +177,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
     if (!daemon_alive(st, now)) {
       // No arbitration: limits stay in force locally (capped), burst runs.
-      const std::uint64_t wait = duty_cycle_wait(limits, gpu, now);
+      const std::uint64_t wait = duty_cycle_wait(st, gpu, now);
       if (wait == 0) {
         expiry = now + kQueueHorizonNs * 4;  // pace the queue as under a lease
         if (queue_allows(now, expiry, tr)) break;

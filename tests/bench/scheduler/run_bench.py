@@ -5,6 +5,8 @@ docs/benchmarks.md.
   tests/bench/scheduler/run_bench.py --build-dir build [--window 10]
   tests/bench/scheduler/run_bench.py --build-dir build --gate-runs 5   (gate cost only,
       each run on the counter clock and on the clock_gettime fallback)
+  tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10]
+      every workload shape x policy, on an idle host and beside one CPU hog per core
 
 1. Launch gate cost: gate_bench under libcushare.so, holding the lease (a
    lone burst tenant with cushared running): ns per cuLaunchKernel through
@@ -66,15 +68,64 @@ def gate_bench(build, clock=None):
         env.close()
 
 
+MATRIX_POLICIES = ["capped30", "capped_30_50", "burst_weights_1_3", "burst_four_equal",
+                   "late_joiner", "multi_process", "kill_holder", "daemon_restart", "standalone_30_50"]
+
+
+def run_scenario(build, name, window, shape="async", hogs=0):
+    r = subprocess.run(["/usr/bin/python3", SCENARIO, "--build-dir", build, "--name", name,
+                        "--window", str(window), "--shape", shape, "--hogs", str(hogs), "--json"],
+                       capture_output=True, text=True)
+    line = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    return json.loads(line[-1]) if line else {"shares": {}, "failures": [r.stdout + r.stderr]}
+
+
+def cell(name, res):
+    sh = res["shares"]
+    if not sh:
+        return "error"
+    if name == "multi_process" and "t1_short" in sh:
+        vals = [sh["t1"], sh["t2"]]
+    else:
+        vals = [sh[k] for k in sorted(sh) if k != "device" and not k.startswith("t1_")]
+    busy = sh.get("device", 0)
+    text = " / ".join(f"{v:.1f}" for v in vals) + f" (dev {busy:.0f})"
+    return text + ("" if not res["failures"] else " **✗**")
+
+
+def matrix(build, window):
+    hosts = [(0, "idle"), (os.cpu_count() or 2, "hogs")]
+    print(f"| shape | host | alone (busy %) | " + " | ".join(MATRIX_POLICIES) + " |")
+    print("|---|---|---|" + "---|" * len(MATRIX_POLICIES))
+    fails = 0
+    for shape in scenario.SHAPES:
+        for hogs, host in hosts:
+            alone = run_scenario(build, "burst30", window, shape, hogs)["shares"].get("device", 0)
+            cells = []
+            for name in MATRIX_POLICIES:
+                res = run_scenario(build, name, window, shape, hogs)
+                fails += bool(res["failures"])
+                cells.append(cell(name, res))
+                print(f"{shape} {host} {name}: {res['shares']} {res['failures']}", file=sys.stderr,
+                      flush=True)
+            print(f"| {shape} | {host} | {alone:.1f} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n{fails} cells outside their targets (✗).")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--window", type=float, default=10)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--matrix", action="store_true",
+                    help="every shape x policy, idle and with CPU hogs (markdown table)")
     ap.add_argument("--gate-runs", type=int, default=0,
                     help="only the gate cost: this many gate_bench runs, one JSON line each")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
+    if a.matrix:
+        return matrix(build, a.window)
     if a.gate_runs:
         for _ in range(a.gate_runs):
             for clock in ("tsc", "monotonic"):

@@ -323,6 +323,20 @@ def run_daemon_restart(env, window, warmup):
     return shares, failures, checks
 
 
+def run_standalone_30_50(env, window, warmup):
+    """No daemon: caps of 30 and 50 held by the local duty cycle, the two
+    allocations' windows laid end to end through the node run dir."""
+    env.start_tenant("t1", 30, "capped", "1000", seconds=warmup + window + 3)
+    env.start_tenant("t2", 50, "capped", "1000", seconds=warmup + window + 3)
+    env.wait_ready(["t1", "t2"])
+    time.sleep(warmup)
+    before = env.stat()
+    time.sleep(window)
+    shares = env.shares(before, env.stat())
+    checks = [("share", "t1", 30, 3), ("share", "t2", 50, 3)]
+    return shares, check(shares, checks), checks
+
+
 def run_kill_holder(env, window, warmup):
     """kill -9 the tenant holding the lease: the others resume within 1 s."""
     env.start_tenant("t1", 50, "burst", "1000", seconds=warmup + window + 8)
@@ -360,7 +374,7 @@ def main():
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--name", required=True,
                     choices=sorted(SCENARIOS) + ["late_joiner", "multi_process", "daemon_restart",
-                                                 "kill_holder"])
+                                                 "kill_holder", "standalone_30_50"])
     ap.add_argument("--window", type=float, default=2.5)
     ap.add_argument("--warmup", type=float, default=0.7)
     ap.add_argument("--quantum-ms", type=float, default=10)
@@ -372,8 +386,11 @@ def main():
     a = ap.parse_args()
     env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs)
     try:
-        env.start_daemon()
-        if a.name == "late_joiner":
+        if a.name != "standalone_30_50":
+            env.start_daemon()
+        if a.name == "standalone_30_50":
+            shares, failures, checks = run_standalone_30_50(env, a.window, a.warmup)
+        elif a.name == "late_joiner":
             shares, failures, checks = run_late_joiner(env, a.window, a.warmup)
         elif a.name == "multi_process":
             shares, failures, checks = run_multi_process(env, a.window, a.warmup)

@@ -4,9 +4,11 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "shim/capture_tracker.hpp"
 #include "shim/device_uuid.hpp"
+#include "shim/duty_cycle_plan.hpp"
 #include "shim/memory_view.hpp"
 #include "shim/shim_env.hpp"
 
@@ -105,6 +107,33 @@ TEST(CaptureTracker, OverflowTreatsEveryStreamAsCapturing) {
   for (std::uintptr_t i = 1; i <= 300; ++i) capture_ended(reinterpret_cast<CUstream>(i * 16));
   EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(0xdead0)));
   EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(16)));
+}
+
+TEST(DutyCyclePlan, WindowsOfOneGpuLieEndToEndInIdOrder) {
+  const std::vector<DutyClaim> live{{"a", "GPU-1", 30}, {"b", "GPU-1", 50}, {"c", "GPU-2", 40}};
+  EXPECT_EQ(duty_offset_pct(live, live[0]), 0u);
+  EXPECT_EQ(duty_offset_pct(live, live[1]), 30u);
+  EXPECT_EQ(duty_offset_pct(live, live[2]), 0u);  // another GPU
+  // Over-committed caps wrap around (and overlap).
+  const std::vector<DutyClaim> full{{"a", "G", 70}, {"b", "G", 60}};
+  EXPECT_EQ(duty_offset_pct(full, full[1]), 70u);
+  const std::vector<DutyClaim> more{{"a", "G", 70}, {"b", "G", 60}, {"c", "G", 10}};
+  EXPECT_EQ(duty_offset_pct(more, more[2]), 30u);
+}
+
+TEST(DutyCyclePlan, WaitsUntilItsOwnWindowOpens) {
+  constexpr std::uint64_t kPeriod = 100'000'000;  // 100 ms
+  constexpr std::uint64_t kBase = 1'000 * kPeriod;
+  // Window [30 %, 80 %) of each period.
+  EXPECT_EQ(duty_wait_ns(kBase + 10'000'000, kPeriod, 30, 50, 0), 20'000'000u);
+  EXPECT_EQ(duty_wait_ns(kBase + 30'000'000, kPeriod, 30, 50, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 79'000'000, kPeriod, 30, 50, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 80'000'000, kPeriod, 30, 50, 0), 50'000'000u);
+  // Close to the window's end, the next window.
+  EXPECT_EQ(duty_wait_ns(kBase + 79'500'000, kPeriod, 30, 50, 1'000'000), 50'500'000u);
+  // A window that wraps past the period's end.
+  EXPECT_EQ(duty_wait_ns(kBase + 5'000'000, kPeriod, 80, 40, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 50'000'000, kPeriod, 80, 40, 0), 30'000'000u);
 }
 
 }  // namespace

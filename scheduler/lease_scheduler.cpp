@@ -68,6 +68,31 @@ void LeaseScheduler::set_signals(TenantId id, const TenantSignals& signals) {
   }
   t.idle_known = true;
   t.signals = signals;
+  settle_release_refund(t);
+}
+
+// A launch that passed the gate just before the lease was given back for
+// idleness publishes its submission after the release (stamped after its
+// gate check, so possibly later than the release): the holder was not idle
+// up to the release, its gate reports the gap up to that launch, and the
+// release's refund would count it twice. Charged back then.
+void LeaseScheduler::settle_release_refund(Tenant& t) {
+  auto& r = t.release_refund;
+  if (r.amount == 0) return;
+  // A launch after a real comeback waited for a new lease, and the first
+  // to go on then stamped resumed_ns; one that raced the release did not.
+  const std::uint64_t submit = t.signals.last_submit_ns;
+  if (submit > r.idle_since && t.signals.resumed_ns <= r.released_at) {
+    const std::uint64_t a = r.amount;
+    t.stats.attributed_ns += a;
+    t.stats.refunded_ns -= std::min(a, t.stats.refunded_ns);
+    t.vtime += static_cast<double>(a) / weight_of(t.policy);
+    if (t.policy.mode == Mode::kCapped)
+      t.cap_clock += static_cast<double>(a) / cap_fraction(t.policy);
+    r = {};
+  } else if (submit > r.idle_since) {
+    r = {};  // it came back through a new lease: the refund stands
+  }
 }
 
 // Takes reported idle gaps back out of the tenant's recent lease charges.
@@ -164,7 +189,14 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
     cursor_ns_ = std::max(cursor_ns_, std::min(*r.begun_ns, r.end_ns));
     if (!r.drained_at_ns && t) {
       const TenantSignals& s = t->signals;
-      if (s.drained_past(r.submit_mark_ns) || s.last_submit_ns < r.start_ns) {
+      // A launch that raced an idle release shows up late: its work is
+      // this lease's overrun. Until the window has passed, the lease waits.
+      if (r.idle_release && s.last_submit_ns > r.submit_mark_ns && s.resumed_ns <= r.end_ns)
+        r.submit_mark_ns = s.last_submit_ns;
+      const bool settling = r.idle_release && now < r.end_ns + config_.late_submit_ns;
+      if (settling) {
+        // Charged up to the lease's end below; the overrun, if any, later.
+      } else if (s.drained_past(r.submit_mark_ns) || s.last_submit_ns < r.start_ns) {
         // drained_ns is the time the shim saw the queue empty (or a submit
         // time before the lease ended): the overrun ends there.
         r.drained_at_ns = std::clamp(s.drained_ns, r.end_ns, std::max(now, r.end_ns));
@@ -194,11 +226,12 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
   }
 }
 
-void LeaseScheduler::end_lease(std::uint64_t now) {
+void LeaseScheduler::end_lease(std::uint64_t now, bool idle) {
   if (!holder_) return;
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (it->tenant == *holder_ && it->end_ns == 0) {
       it->end_ns = std::max(now, it->start_ns);
+      it->idle_release = idle;
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
       it->expected_at_end_ns = tenants_.at(*holder_).signals.expected_drain_ns;
       break;
@@ -359,10 +392,13 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
       const std::uint64_t last = std::max(
           {sig.last_submit_ns, sig.drained_ns, records_.empty() ? 0 : records_.back().start_ns});
       if (now > last) {
+        const std::uint64_t before = h.stats.refunded_ns;
         h.pending_refund = std::min(h.pending_refund + (now - last), config_.refund_horizon_ns);
         refund(h);
+        h.release_refund = {
+            .amount = h.stats.refunded_ns - before, .idle_since = last, .released_at = now};
       }
-      end_lease(now);
+      end_lease(now, true);
     } else if (h.removed || now >= expiry_ns_ || preempted(now)) {
       end_lease(now);
     } else if (expiry_ns_ <= now + config_.extend_margin_ns) {

@@ -75,6 +75,11 @@ struct SchedulerConfig {
   // tenant more than a quantum of its own virtual time behind it (one that
   // came back from a short gap), instead of making it wait out the lease.
   std::uint64_t preempt_after_ns = 1'000'000;
+  // A lease given back for idleness may have raced a launch that passed the
+  // gate just before: its submission (or busy mark) shows up only after the
+  // release. For this long after such a release, a submission from before
+  // it still counts as the lease's, and its work is charged as overrun.
+  std::uint64_t late_submit_ns = 500'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -161,6 +166,12 @@ class LeaseScheduler {
     bool idle_known = false;           // signals.idle_ns seen once (baseline)
     std::uint64_t pending_refund = 0;  // reported idle not refunded yet
     std::uint64_t refundable = 0;      // recent lease charge a refund may take back
+    // The idle grace refunded when its lease was given back for idleness:
+    // taken back if a submission from before the release shows up (its gate
+    // then measures that gap itself, and the time after it was use).
+    struct ReleaseRefund {
+      std::uint64_t amount = 0, idle_since = 0, released_at = 0;
+    } release_refund;
     TenantStats stats;
     std::deque<std::pair<std::uint64_t, std::uint64_t>> history;  // attributed intervals
   };
@@ -173,6 +184,7 @@ class LeaseScheduler {
     std::uint64_t expected_at_end_ns = 0;        // its expected_drain_ns when the lease ended
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
     std::optional<std::uint64_t> begun_ns;       // charged from here (see resume_grace_ns)
+    bool idle_release = false;                   // given back for idleness (late_submit_ns)
   };
 
   void attribute(std::uint64_t now);
@@ -181,7 +193,8 @@ class LeaseScheduler {
                                             std::uint64_t now) const;
   void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
   void refund(Tenant& t);
-  void end_lease(std::uint64_t now);
+  void settle_release_refund(Tenant& t);
+  void end_lease(std::uint64_t now, bool idle = false);
   void grant(TenantId id, std::uint64_t now);
   bool holder_idle(const Tenant& t, std::uint64_t now) const;
   bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;

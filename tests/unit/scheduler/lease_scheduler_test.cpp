@@ -476,6 +476,56 @@ TEST(LeaseScheduler, AForgedIdleCounterRefundsAtMostTheRecentCharge) {
   EXPECT_EQ(sim.sched.stats(1).refunded_ns, after.refunded_ns);
 }
 
+TEST(LeaseScheduler, AnIdleReleaseRefundIsTakenBackWhenALaunchRacedIt) {
+  // The holder idles for the grace and its lease is given back, the grace
+  // refunded. Had a launch passed the gate just before (its submission
+  // published after the step, no new resume stamp), the holder was not idle: its gate reports
+  // the gap up to that launch, so the release's refund is charged back.
+  for (bool raced : {false, true}) {
+    SchedulerConfig cfg;
+    LeaseScheduler sched(cfg);
+    std::uint64_t now = kT0;
+    sched.set_tenant(1, burst(1), now);
+    TenantSignals sig{.waiting = 1};
+    sched.set_signals(1, sig);
+    sched.step(now);
+    ASSERT_EQ(sched.holder(), 1u);
+    for (int i = 0; i < 30; ++i) {  // busy for 3 ms
+      now += 100 * kUs;
+      sig = {.waiting = 0,
+             .last_submit_ns = now,
+             .drained_ns = now - 50 * kUs,
+             .busy_processes = 1,
+             .resumed_ns = kT0};
+      sched.set_signals(1, sig);
+      sched.step(now);
+    }
+    const std::uint64_t idle_since = now;
+    sig.busy_processes = 0;
+    sig.drained_ns = idle_since;
+    while (sched.holder()) {
+      now += 100 * kUs;
+      sched.set_signals(1, sig);
+      sched.step(now);
+    }
+    const TenantStats released = sched.stats(1);
+    EXPECT_GE(released.refunded_ns, cfg.idle_grace_ns - 200 * kUs);
+    // Either way the submission is stamped after the release; a comeback
+    // through a new lease also stamps resumed_ns, a raced launch does not.
+    sig.last_submit_ns = now + 50 * kUs;
+    if (!raced) sig.resumed_ns = now + 20 * kUs;
+    now += 100 * kUs;
+    sched.set_signals(1, sig);
+    sched.step(now);
+    if (raced) {
+      EXPECT_EQ(sched.stats(1).refunded_ns, 0u);
+      EXPECT_EQ(sched.stats(1).attributed_ns, released.attributed_ns + released.refunded_ns);
+    } else {
+      EXPECT_EQ(sched.stats(1).refunded_ns, released.refunded_ns);
+    }
+  }
+}
+
 TEST(LeaseScheduler, ATenantBackFromAShortGapKeepsItsPlaceAndGetsItsDemand) {
   // Weight 3 next to weight 1, but 2 ms of host work after every 4 ms of
   // GPU work: its demand (2/3) is below its entitlement (3/4), so it gets its

@@ -273,7 +273,8 @@ def run_late_joiner(env, window, warmup):
     before = env.stat()
     time.sleep(window)
     shares = env.shares(before, env.stat())
-    checks = [("share", "t1", 25, 2), ("share", "t2", 75, 2)]
+    checks = shaped_checks([("share", "t1", 25, 2), ("share", "t2", 75, 2)],
+                           [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
     return shares, check(shares, checks), checks
 
 
@@ -291,7 +292,8 @@ def run_multi_process(env, window, warmup):
     time.sleep(window)
     shares = env.shares(before, env.stat())
     shares["t1"] = shares["t1_short"] + shares["t1_long"]
-    checks = [("share", "t1", 25, 3), ("share", "t2", 75, 3)]
+    checks = shaped_checks([("share", "t1", 25, 3), ("share", "t2", 75, 3)],
+                           [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
     return shares, check(shares, checks), checks
 
 
@@ -365,7 +367,7 @@ def run_kill_holder(env, window, warmup):
     before = env.stat()
     time.sleep(window)
     shares = env.shares(before, env.stat())
-    checks = [("min", other, 95)]
+    checks = shaped_checks([("min", other, 95)], [(other, 50, "burst")], env.shape)
     return shares, check(shares, checks), checks
 
 

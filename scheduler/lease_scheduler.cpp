@@ -197,9 +197,20 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
       if (settling) {
         // Charged up to the lease's end below; the overrun, if any, later.
       } else if (s.drained_past(r.submit_mark_ns) || s.last_submit_ns < r.start_ns) {
-        // drained_ns is the time the shim saw the queue empty (or a submit
-        // time before the lease ended): the overrun ends there.
-        r.drained_at_ns = std::clamp(s.drained_ns, r.end_ns, std::max(now, r.end_ns));
+        // drained_ns is when the shim's queue ran empty (on the GPU's clock)
+        // or a submit time: the overrun ends there. A holder that used its
+        // lease and whose work all ended before the lease did (it waited at
+        // its gate, or stopped) left the GPU idle for the rest: charged up
+        // to its drain only. (Not after an idle release: its refund covers
+        // that time already.)
+        const bool used = r.begun_ns && r.submit_mark_ns >= *r.begun_ns && !r.idle_release &&
+                          s.drained_past(r.submit_mark_ns);
+        if (used && s.drained_ns < r.end_ns) {
+          r.drained_at_ns = std::max(s.drained_ns, *r.begun_ns);
+          r.ended_idle = true;
+        } else {
+          r.drained_at_ns = std::clamp(s.drained_ns, r.end_ns, std::max(now, r.end_ns));
+        }
       } else if (now >= r.end_ns + config_.drain_bound_ns) {
         r.drained_at_ns = r.end_ns + config_.drain_bound_ns;
       }
@@ -214,6 +225,12 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
       return;
     }
     const std::uint64_t done = std::max(*r.drained_at_ns, r.end_ns);
+    if (t && r.ended_idle && cursor_ns_ > *r.drained_at_ns) {
+      // Charged as it ran up to here: the time after its drain goes back.
+      const std::uint64_t idle = std::min(cursor_ns_, r.end_ns) - *r.drained_at_ns;
+      t->pending_refund = std::min(t->pending_refund + idle, config_.refund_horizon_ns);
+      refund(*t);
+    }
     if (t) charge(*t, cursor_ns_, done);
     cursor_ns_ = std::max(cursor_ns_, done);
     const TenantId finished = r.tenant;

@@ -185,6 +185,7 @@ class LeaseScheduler {
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
     std::optional<std::uint64_t> begun_ns;       // charged from here (see resume_grace_ns)
     bool idle_release = false;                   // given back for idleness (late_submit_ns)
+    bool ended_idle = false;  // its work drained before its end (drained_at_ns < end_ns)
   };
 
   void attribute(std::uint64_t now);

@@ -73,6 +73,7 @@ void GpuTracker::reset_after_fork() noexcept {
   ctx_ = nullptr;
   spell_end_ = nullptr;
   gap_ = {};
+  anchor_ = {};
   left_idle_ = false;
   oldest_batch_ns_.store(0);
   oldest_batch_end_.store(0);
@@ -241,13 +242,13 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   // counts: this process left it idle, and is the next to make it busy.
   if (epoch == 0 || epoch != idle_epoch_ + 1 || gap_.from || !real().cuEventElapsedTime_v2 ||
       stream_is_capturing(stream)) {
-    free_events_.push_back(from);
+    release_locked(from);
     return;
   }
   CUevent to = take_event_locked();
   if (!to || real().cuEventRecord(to, stream) != CUDA_SUCCESS) {
-    free_events_.push_back(from);
-    if (to) free_events_.push_back(to);
+    release_locked(from);
+    if (to) release_locked(to);
     return;
   }
   // A lease is charged from its first launch (resumed_ns): a gap that began
@@ -269,9 +270,40 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage) noexcept {
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     usage.idle_ns.fetch_add(std::min(gap, gap_.clip_ns), std::memory_order_relaxed);
   }
-  free_events_.push_back(gap_.from);
-  free_events_.push_back(gap_.to);
-  gap_ = {};
+  const GapProbe done = std::exchange(gap_, {});
+  release_locked(done.from);
+  release_locked(done.to);
+}
+
+void GpuTracker::release_locked(CUevent ev) noexcept {
+  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == anchor_.event) return;
+  free_events_.push_back(ev);
+}
+
+// The GPU completes an event no later than it is seen complete, and no later
+// than a completed event before it plus the time between the two on the
+// GPU's clock: the tighter of the two bounds is when the batch completed. So
+// a poller that wakes late (a loaded host) neither charges its lateness to
+// the lease nor inflates the per-launch estimate. The chain of bounds starts
+// afresh every kAnchorSpanNs, so the drift between the GPU's clock and
+// CLOCK_MONOTONIC stays negligible.
+std::uint64_t GpuTracker::completed_at_locked(CUevent ev, std::uint64_t seen_ns,
+                                              std::uint64_t recorded_ns) noexcept {
+  std::uint64_t at = seen_ns;
+  float ms = 0;
+  if (anchor_.event && seen_ns < anchor_.since_ns + kAnchorSpanNs && real().cuEventElapsedTime_v2 &&
+      real().cuEventElapsedTime_v2(&ms, anchor_.event, ev) == CUDA_SUCCESS && ms >= 0) {
+    at = std::min(seen_ns,
+                  anchor_.at_ns + static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6));
+  } else {
+    anchor_.since_ns = seen_ns;
+  }
+  // Recorded after its batch's last submission: it cannot have completed before.
+  at = std::max(at, std::min(recorded_ns, seen_ns));
+  const CUevent old = std::exchange(anchor_.event, ev);
+  anchor_.at_ns = at;
+  release_locked(old);
+  return at;
 }
 
 void GpuTracker::ensure_poller(shm::GpuUsage& usage) noexcept {
@@ -315,11 +347,12 @@ bool GpuTracker::settle_idle_locked() noexcept {
   return pending_launches() == 0;
 }
 
-void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
+void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
                                        shm::GpuUsage& usage) noexcept {
   if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
   const Batch done = batches_.front();
   batches_.pop_front();
+  const std::uint64_t now = completed_at_locked(ev, seen_ns, done.last_submit_ns);
   // GPU time of the batch: from when the GPU could start it (its first
   // submission, or the previous batch's completion) to its completion.
   const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
@@ -354,11 +387,9 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t now,
   publish_drained(idle ? now : done.last_submit_ns, usage);
   if (idle && left_idle_) {
     // The spell ended with this event: an idle gap begins here on the GPU.
-    if (spell_end_) free_events_.push_back(spell_end_);
-    spell_end_ = ev;
-  } else {
-    free_events_.push_back(ev);
+    release_locked(std::exchange(spell_end_, ev));
   }
+  release_locked(ev);  // kept while a role above (or the anchor) holds it
   settle_gap_locked(usage);
 }
 

@@ -154,6 +154,10 @@ class GpuTracker {
   bool settle_idle_locked() noexcept;
   void settle_gap_locked(shm::GpuUsage& usage) noexcept;
   CUevent take_event_locked() noexcept;
+  // Back to the free list unless one of the roles below still holds it.
+  void release_locked(CUevent ev) noexcept;
+  std::uint64_t completed_at_locked(CUevent ev, std::uint64_t seen_ns,
+                                    std::uint64_t recorded_ns) noexcept;
 
   std::atomic<std::uint64_t> submitted_{kIdle};   // launches forwarded by this process, | kIdle
   std::atomic<std::uint64_t> completed_{0};       // of those, known complete
@@ -191,6 +195,14 @@ class GpuTracker {
   std::uint32_t idle_epoch_ = 0;  // usage.busy_epoch then
   bool left_idle_ = false;        // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
+  // The last completed batch event and when it completed at the latest
+  // (completed_at_locked). Under mu_.
+  static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;
+  struct Anchor {
+    CUevent event = nullptr;
+    std::uint64_t at_ns = 0;
+    std::uint64_t since_ns = 0;  // the chain of bounds began then
+  } anchor_;
 };
 
 namespace detail {

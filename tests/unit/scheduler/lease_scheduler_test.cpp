@@ -119,6 +119,15 @@ TenantPolicy capped(std::uint32_t pct) {
   return {.weight = pct, .limit_pct = pct, .mode = Mode::kCapped};
 }
 
+// Tenant 1 alone, waiting at its gate: granted at `now`. Returns its signals.
+TenantSignals grant_lone(LeaseScheduler& sched, const TenantPolicy& policy, std::uint64_t now) {
+  sched.set_tenant(1, policy, now);
+  TenantSignals sig{.waiting = 1};
+  sched.set_signals(1, sig);
+  sched.step(now);
+  return sig;
+}
+
 // Measures shares over `window` after a warm-up.
 std::map<TenantId, double> measure(Sim& sim, std::uint64_t warmup, std::uint64_t window) {
   sim.run(warmup);
@@ -485,10 +494,7 @@ TEST(LeaseScheduler, AnIdleReleaseRefundIsTakenBackWhenALaunchRacedIt) {
     SchedulerConfig cfg;
     LeaseScheduler sched(cfg);
     std::uint64_t now = kT0;
-    sched.set_tenant(1, burst(1), now);
-    TenantSignals sig{.waiting = 1};
-    sched.set_signals(1, sig);
-    sched.step(now);
+    TenantSignals sig = grant_lone(sched, burst(1), now);
     ASSERT_EQ(sched.holder(), 1u);
     for (int i = 0; i < 30; ++i) {  // busy for 3 ms
       now += 100 * kUs;
@@ -522,6 +528,47 @@ TEST(LeaseScheduler, AnIdleReleaseRefundIsTakenBackWhenALaunchRacedIt) {
       EXPECT_EQ(sched.stats(1).attributed_ns, released.attributed_ns + released.refunded_ns);
     } else {
       EXPECT_EQ(sched.stats(1).refunded_ns, released.refunded_ns);
+    }
+  }
+}
+
+TEST(LeaseScheduler, ALeaseWhoseWorkDrainedBeforeItsEndIsChargedUpToTheDrain) {
+  // The holder submits for the first 7 ms of its 10 ms lease, then waits at
+  // its gate (the next launch would run past the lease) while its queue
+  // drains at 7.5 ms: the GPU is idle for the lease's last 2.5 ms, which
+  // must not be charged to it. The same with its work still running at the
+  // end: the lease and the overrun are charged.
+  for (bool drained_early : {true, false}) {
+    LeaseScheduler sched;
+    std::uint64_t now = kT0;
+    TenantSignals sig = grant_lone(sched, capped(30), now);
+    ASSERT_EQ(sched.holder(), 1u);
+    const std::uint64_t start = now;
+    const std::uint64_t drain_at = drained_early ? start + 7500 * kUs : start + 11 * kMs;
+    while (sched.holder()) {
+      now += 100 * kUs;
+      const bool submitting = now <= start + 7 * kMs;
+      sig.waiting = submitting ? 0 : 1;
+      if (submitting) sig.last_submit_ns = now;
+      sig.resumed_ns = start + 100 * kUs;
+      sig.busy_processes = now < drain_at ? 1 : 0;
+      sig.drained_ns = now < drain_at ? 0 : drain_at;
+      sched.set_signals(1, sig);
+      sched.step(now);
+    }
+    for (int i = 0; i < 30; ++i) {  // after the end: the drain is seen
+      now += 100 * kUs;
+      sig.busy_processes = now < drain_at ? 1 : 0;
+      sig.drained_ns = now < drain_at ? 0 : drain_at;
+      sched.set_signals(1, sig);
+      sched.step(now);
+    }
+    const std::uint64_t charged = sched.stats(1).attributed_ns;
+    if (drained_early) {
+      EXPECT_EQ(charged, drain_at - sig.resumed_ns);
+    } else {
+      EXPECT_EQ(charged, drain_at - sig.resumed_ns);  // lease plus its 1 ms overrun
+      EXPECT_EQ(sched.stats(1).refunded_ns, 0u);
     }
   }
 }

@@ -46,17 +46,19 @@ TARGETS = {
 }
 
 
-def gate_bench(build, clock=None):
-    """One gate_bench run; clock="monotonic" puts the gate on its fallback clock."""
+def gate_bench(build, clock=None, shim=True):
+    """One gate_bench run; clock="monotonic" puts the gate on its fallback clock;
+    shim=False runs it without libcushare.so (the driver's launches in a plain process)."""
     env = scenario.Env(build, 10, keep=False)
     try:
         env.start_daemon()
         folder = os.path.join(env.run_dir, "alloc", "bench")
         os.makedirs(folder)
         e = dict(env.base_env)
-        e.update({"LD_LIBRARY_PATH": os.path.join(env.build, "fakegpu"),
-                  "LD_PRELOAD": env.preload, "CUSHARE_RUN_DIR": folder,
-                  "CUSHARE_COMPUTE_MODE": "burst"})
+        e.update({"LD_LIBRARY_PATH": os.path.join(env.build, "fakegpu")})
+        if shim:
+            e.update({"LD_PRELOAD": env.preload, "CUSHARE_RUN_DIR": folder,
+                      "CUSHARE_COMPUTE_MODE": "burst"})
         if clock:
             e["CUSHARE_GATE_CLOCK"] = clock
         r = subprocess.run(scenario.PRIORITY + [os.path.join(build, "bin", "gate_bench"), "300", "2000"],
@@ -127,10 +129,18 @@ def main():
     if a.matrix:
         return matrix(build, a.window)
     if a.gate_runs:
+        # Also a process without the shim, alternating: the driver's own
+        # launches must not be slower in a shimmed process (its poller, events).
+        plain, inside = [], []
         for _ in range(a.gate_runs):
-            for clock in ("tsc", "monotonic"):
-                res = gate_bench(build, None if clock == "tsc" else clock)
+            for clock in ("tsc", "monotonic", "none"):
+                res = gate_bench(build, None if clock in ("tsc", "none") else clock, clock != "none")
+                (plain if clock == "none" else inside).append(res["direct_ns"])
                 print(json.dumps({"gate_clock": clock, **res}), flush=True)
+        med = lambda v: sorted(v)[len(v) // 2]
+        print(json.dumps({"driver_launch_ns_without_shim": med(plain),
+                          "driver_launch_ns_in_shimmed_process": med(inside),
+                          "ratio": round(med(inside) / med(plain), 3)}), flush=True)
         return 0
     rows = []
     for name in a.only or TABLE:

@@ -279,6 +279,31 @@ def case_forged_drain(b):
               f"{share['big']:.1f} %")
 
 
+def case_forged_idle(b):
+    """A capped-30 tenant that keeps forging its usage region so that every
+    lease looks idle (idle_ns growing faster than time, its queue declared
+    drained just after each submission): refunds give back what leases
+    charge, so the lease charge alone no longer holds it. Ground truth does:
+    GPU time NVML shows beyond the charge is charged on top, so its share
+    stays near its cap."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "30",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        seconds = 9
+        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", str(seconds)])
+        forger = c.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
+                          "/var/run/cushare/usage", str(seconds), "--idle"])
+        share = device_share(node, {"t": p}, 6.0, settle=1.5)["t"]
+        for q in (p, forger):
+            q.wait(timeout=30)
+        check(node.daemon_alive(), node.daemon_log())
+        check(share <= 30 + 5, f"the idle-forging capped-30 tenant got {share:.1f} %")
+        print(f"  capped 30 % forging idle gaps and early drains: {share:.1f} %")
+
+
 def case_hostile_usage(b):
     """For 30 s a tenant flips the size of its usage file and writes random
     bytes into it: the daemon never crashes or hangs, another tenant's cap

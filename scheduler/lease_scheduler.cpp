@@ -112,6 +112,7 @@ void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint
   if (!tenants_.contains(id) || holder_ || expiry_ns <= now) return;
   holder_ = id;
   expiry_ns_ = std::min(expiry_ns, now + config_.quantum_ns);
+  expiry_cut_ = false;
   // Its threads are running already: charged from now.
   records_.push_back({.tenant = id, .start_ns = now, .begun_ns = now});
   cursor_ns_ = std::max(cursor_ns_, now);
@@ -257,6 +258,7 @@ void LeaseScheduler::end_lease(std::uint64_t now, bool idle) {
   last_holder_ = holder_;
   holder_.reset();
   expiry_ns_ = 0;
+  expiry_cut_ = false;
 }
 
 void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
@@ -272,10 +274,33 @@ void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
         std::max(t.cap_clock, static_cast<double>(now) - static_cast<double>(config_.cap_bank_ns));
   }
   holder_ = id;
-  expiry_ns_ = now + config_.quantum_ns;
+  expiry_ns_ = lease_end(id, now);
+  expiry_cut_ = expiry_ns_ < now + config_.quantum_ns;
   records_.push_back({.tenant = id, .start_ns = now});
   t.stats.grants++;
-  t.stats.granted_ns += config_.quantum_ns;
+  t.stats.granted_ns += expiry_ns_ - now;
+}
+
+// A quantum from now, or earlier where a tenant away for a short gap is
+// expected back and would then preempt the holder (its virtual time a
+// margin behind the holder's by then): the holder's queue has drained by
+// then, so the tenant's work starts at once.
+std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) const {
+  std::uint64_t end = now + config_.quantum_ns;
+  const Tenant& h = tenants_.at(holder);
+  const double w = weight_of(h.policy);
+  const double margin = static_cast<double>(config_.quantum_ns) / w;
+  for (const auto& [id, t] : tenants_) {
+    if (id == holder || t.removed || t.was_candidate || t.gap_ns == 0 || t.left_at_ns == 0)
+      continue;
+    if (now > t.left_at_ns + config_.level_after_ns) continue;  // away longer than a short gap
+    const std::uint64_t due = t.left_at_ns + t.gap_ns;
+    if (due < now + config_.min_cut_lease_ns || due >= end) continue;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(due)) continue;
+    const double holder_then = h.vtime + static_cast<double>(due - now) / w;
+    if (t.vtime + margin < holder_then) end = due;
+  }
+  return end;
 }
 
 bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
@@ -385,6 +410,12 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   }
   for (auto& [id, t] : tenants_) {
     const bool wants = wants_gpu(id, t, now);
+    if (wants && !t.was_candidate && t.left_at_ns != 0) {
+      const std::uint64_t gap = now - t.left_at_ns;
+      if (gap <= config_.level_after_ns) t.gap_ns = t.gap_ns ? (t.gap_ns * 3 + gap) / 4 : gap;
+    } else if (!wants && t.was_candidate) {
+      t.left_at_ns = now;
+    }
     if (wants) {
       const bool was_idle =
           t.last_demand_ns == 0 || now > t.last_demand_ns + config_.level_after_ns;
@@ -418,13 +449,18 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
       end_lease(now, true);
     } else if (h.removed || now >= expiry_ns_ || preempted(now)) {
       end_lease(now);
-    } else if (expiry_ns_ <= now + config_.extend_margin_ns) {
+    } else if (expiry_ns_ <= now + config_.extend_margin_ns && !expiry_cut_) {
       // Would the holder still be the least-served at its expiry? Then
       // extend in place: a lone tenant keeps the GPU without any hand-off.
+      // (A lease cut short for a returning tenant runs out instead: if the
+      // tenant is late, the next grant goes back to the holder.)
       if (still_first_at_expiry(now)) {
-        const std::uint64_t extended = now + config_.quantum_ns;
-        h.stats.granted_ns += extended - expiry_ns_;
-        expiry_ns_ = extended;
+        const std::uint64_t extended = lease_end(*holder_, now);
+        if (extended > expiry_ns_) {
+          h.stats.granted_ns += extended - expiry_ns_;
+          expiry_ns_ = extended;
+          expiry_cut_ = extended < now + config_.quantum_ns;
+        }
       } else {
         // Let it run to its expiry; the next step after it hands over.
       }
@@ -454,9 +490,11 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
   std::uint64_t next = now + config_.quantum_ns;
   if (holder_) {
-    next = std::min(next, expiry_ns_ > config_.extend_margin_ns
-                              ? std::max(now, expiry_ns_ - config_.extend_margin_ns)
-                              : now);
+    if (!expiry_cut_) {
+      next = std::min(next, expiry_ns_ > config_.extend_margin_ns
+                                ? std::max(now, expiry_ns_ - config_.extend_margin_ns)
+                                : now);
+    }
     next = std::min(next, std::max(now, expiry_ns_));
   }
   for (const auto& [id, t] : tenants_) {

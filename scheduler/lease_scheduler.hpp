@@ -80,6 +80,12 @@ struct SchedulerConfig {
   // release. For this long after such a release, a submission from before
   // it still counts as the lease's, and its work is charged as overrun.
   std::uint64_t late_submit_ns = 500'000;
+  // A lease granted (or extended) while a tenant that would preempt the
+  // holder is away for a short gap ends where that tenant is expected back
+  // (when it left plus its usual gap), if that is at least this far off: the
+  // holder's gate keeps its queue inside the lease, so the GPU is free when
+  // the tenant returns instead of draining the holder's queue first.
+  std::uint64_t min_cut_lease_ns = 1'000'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -162,6 +168,8 @@ class LeaseScheduler {
     double cap_clock = 0;  // capped only: earliest time of the next grant
     std::uint64_t last_demand_ns = 0;
     bool was_candidate = false;
+    std::uint64_t left_at_ns = 0;  // when it last stopped wanting the GPU
+    std::uint64_t gap_ns = 0;      // its usual time away (EMA of gaps up to level_after)
     bool removed = false;
     bool idle_known = false;           // signals.idle_ns seen once (baseline)
     std::uint64_t pending_refund = 0;  // reported idle not refunded yet
@@ -202,6 +210,7 @@ class LeaseScheduler {
   std::optional<TenantId> choose(std::uint64_t now);
   bool still_first_at_expiry(std::uint64_t now) const;
   bool preempted(std::uint64_t now) const;
+  std::uint64_t lease_end(TenantId holder, std::uint64_t now) const;
   std::uint64_t handoff_deferral(TenantId next, std::uint64_t now) const;
   void refresh_shares(std::uint64_t now);
   std::uint64_t next_deadline(std::uint64_t now) const;
@@ -212,6 +221,7 @@ class LeaseScheduler {
   std::uint64_t cursor_ns_ = 0;  // GPU time before this is attributed
   std::optional<TenantId> holder_;
   std::uint64_t expiry_ns_ = 0;
+  bool expiry_cut_ = false;  // the lease ends where a tenant is expected back (lease_end)
   std::optional<TenantId> last_holder_;
   std::uint64_t last_share_refresh_ns_ = 0;
   std::uint64_t first_step_ns_ = 0;

@@ -70,16 +70,42 @@ DEVICE_FLOOR = {"async": 95, "sync1": 88, "sync4": 95, "sync16": 95, "streams2":
                 "short": 95, "mixed": 93, "hostgap": 63}
 
 
+def fair_shares(weights, demand):
+    """Weighted max-min (water-filling) shares of the device, in percent, for
+    burst tenants each able to use at most `demand` percent of it."""
+    left, active, out = 100.0, dict(weights), {}
+    while active:
+        total = sum(active.values())
+        capped = {n: w for n, w in active.items() if left * w / total >= demand}
+        if not capped:
+            out.update({n: left * w / total for n, w in active.items()})
+            break
+        for n in capped:
+            out[n] = demand
+            left -= demand
+            del active[n]
+    return out
+
+
 def shaped_checks(checks, tenants, shape):
     """A shape with gaps of its own (synchronisation, host work) leaves the
     device idle part of the time whoever holds it: burst tenants are then
-    judged on their split of the busy time, the device on its floor."""
+    judged on their split of the busy time, the device on its floor. Where
+    a tenant's demand (the device busy fraction of the shape alone) is below
+    its entitlement, it must get its demand and the others what it leaves
+    (wall shares by water-filling, ± 3)."""
     if shape == "async":
         return checks
     modes = {t[0]: t[2] for t in tenants}
+    burst = {t[0]: t[1] for t in tenants if t[2] == "burst"}
+    demand = DEVICE_FLOOR[shape] + 2
+    fair = fair_shares(burst, demand) if burst else {}
+    below = any(100.0 * w / sum(burst.values()) > demand for w in burst.values()) if burst else False
     out = []
     for c in checks:
-        if c[0] == "share" and modes.get(c[1]) == "burst":
+        if c[0] == "share" and modes.get(c[1]) == "burst" and below:
+            out.append(("share", c[1], round(fair[c[1]], 1), 3))
+        elif c[0] == "share" and modes.get(c[1]) == "burst":
             out.append(("busy_share",) + tuple(c[1:]))
         elif c[0] == "min" and modes.get(c[1]) == "burst":
             out.append(("min", c[1], DEVICE_FLOOR[shape]))

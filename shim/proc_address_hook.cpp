@@ -49,6 +49,20 @@ void* substitute(const char* symbol, void* found, int cuda_version, cuuint64_t f
   return hook->wrapper;
 }
 
+// At trace level every request is logged as `<resolver> lookup<TAB>symbol<TAB>
+// cudaVersion<TAB>flags`: the list a runtime's start-up makes is regenerated
+// from these lines (docs/fakegpu.md, "The CUDA runtime's lookups").
+void log_lookup(const char* resolver, const char* symbol, int cuda_version, cuuint64_t flags) {
+  auto& l = log();
+  if (!l.should_log(spdlog::level::trace)) return;
+  const char* name = !symbol ? "(null)" : *symbol ? symbol : "(empty)";
+  if (flags == 0) {
+    l.trace("{} lookup\t{}\t{}\t0", resolver, name, cuda_version);
+  } else {
+    l.trace("{} lookup\t{}\t{}\t{:#x}", resolver, name, cuda_version, flags);
+  }
+}
+
 }  // namespace
 }  // namespace cushare::shim
 
@@ -57,6 +71,7 @@ using namespace cushare::shim;
 extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
                                         cuuint64_t flags,
                                         CUdriverProcAddressQueryResult* symbolStatus) {
+  log_lookup("cuGetProcAddress_v2", symbol, cudaVersion, flags);
   const RealDriver& r = real();
   CUresult rc;
   if (r.cuGetProcAddress_v2) {
@@ -76,6 +91,7 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
 
 extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
                                      cuuint64_t flags) {
+  log_lookup("cuGetProcAddress", symbol, cudaVersion, flags);
   const RealDriver& r = real();
   CUresult rc;
   if (r.cuGetProcAddress) {

@@ -235,6 +235,22 @@ def case_resolver(h):
     h.probe("--mode", "resolver", extra=QUOTA)
 
 
+LOOKUPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data",
+                       "cudart13-proc-lookups.txt")
+
+
+def case_proc_replay(h):
+    """Every cuGetProcAddress request the CUDA 13 runtime makes (tests/data),
+    through the shim and through the driver: hooked functions come back as the
+    shim's wrapper of exactly the driver's ABI, the rest as the driver's own
+    pointer, unknown names with the driver's answer."""
+    out, _ = h.probe("--mode", "replay", "--lookups", LOOKUPS, extra=QUOTA)
+    check(out["lookups"] == 440, f"{out['lookups']} lookups replayed, the file has 440")
+    check(out["hooked"] > 50, f"only {out['hooked']} lookups came back hooked")
+    print(f"  {out['lookups']} lookups: {out['hooked']} the shim's wrappers, "
+          f"{out['driver']} the driver's own, {out['unknown']} unknown to the driver")
+
+
 def case_dlsym_hook_neutral(h):
     """Non-CUDA dlsym (RTLD_DEFAULT, RTLD_NEXT, handles, misses) unchanged by the hook."""
     h.probe("--mode", "dlsym", extra=QUOTA)
@@ -768,6 +784,7 @@ CASES = {
     "path_dlsym": case_dlsym_path,
     "path_procaddr": case_procaddr_paths,
     "resolver": case_resolver,
+    "proc_replay": case_proc_replay,
     "dlsym_hook_neutral": case_dlsym_hook_neutral,
     "two_processes_share": case_two_processes_share,
     "race_and_kill": case_race_and_kill,

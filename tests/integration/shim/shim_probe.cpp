@@ -13,6 +13,11 @@
 //   nvml      nvmlDeviceGetMemoryInfo(_v2) and the process list
 //   graph     a captured graph's memory refused at launch over the quota
 //             (--step: bytes held outside, --max: bytes the graph allocates)
+//   replay    every (symbol, cudaVersion, flags) of --lookups resolved
+//             through the shim's cuGetProcAddress_v2 and cuGetProcAddress
+//             and through the driver's own: a function the driver has is
+//             the shim's wrapper of exactly that ABI where the shim hooks it,
+//             else the driver's pointer; an unknown one the driver's answer
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -28,6 +33,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fstream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -395,6 +403,94 @@ int mode_watch(const Api& a, double seconds) {
   return 0;
 }
 
+// The driver's own function `name`, past the shim: glibc's dlsym (the shim
+// hooks the public one) on the libcuda.so.1 handle.
+void* driver_symbol(const char* name) {
+  using DlsymFn = void* (*)(void*, const char*);
+  static auto glibc_dlsym = [] {
+    auto f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"));
+    if (!f) f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5"));
+    return f;
+  }();
+  expect(glibc_dlsym != nullptr, "glibc's dlsym");
+  return glibc_dlsym(open_libcuda(), name);
+}
+
+int mode_replay(const std::string& lookups) {
+  std::ifstream in(lookups);
+  expect(in.good(), "open " + lookups);
+  void* h = open_libcuda();
+  auto shim2 = reinterpret_cast<GetProcV2>(dlsym(h, "cuGetProcAddress_v2"));
+  auto shim1 = reinterpret_cast<GetProcV1>(dlsym(h, "cuGetProcAddress"));
+  auto drv2 = reinterpret_cast<GetProcV2>(driver_symbol("cuGetProcAddress_v2"));
+  auto drv1 = reinterpret_cast<GetProcV1>(driver_symbol("cuGetProcAddress"));
+  expect(shim2 && shim1 && drv2 && drv1, "both resolvers of both ABIs");
+  expect(reinterpret_cast<void*>(shim2) != reinterpret_cast<void*>(drv2),
+         "cuGetProcAddress_v2 through libcuda is the shim's");
+  // The shim's exports, by name: what it hooks.
+  Dl_info self{};
+  expect(dladdr(reinterpret_cast<void*>(shim2), &self) && self.dli_fname, "dladdr(shim)");
+  void* shim = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  expect(shim != nullptr, std::string("dlopen(") + self.dli_fname + ", RTLD_NOLOAD)");
+  auto init = reinterpret_cast<CUresult (*)(unsigned)>(dlsym(h, "cuInit"));
+  expect(init && init(0) == CUDA_SUCCESS, "cuInit");
+  int lines = 0, hooked = 0, passed = 0, unknown = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, flag_text;
+    int version = 0;
+    if (!(std::getline(fields, name, '\t') && fields >> version >> flag_text))
+      fail("bad line: " + line);
+    const cuuint64_t flags = std::stoull(flag_text, nullptr, 0);  // "0" or "0x2"
+    if (name == "(empty)") name.clear();
+    ++lines;
+    const std::string what =
+        "'" + name + "' @" + std::to_string(version) + " flags " + std::to_string(flags);
+    void* dp = nullptr;
+    void* sp = reinterpret_cast<void*>(1);
+    CUdriverProcAddressQueryResult ds{}, ss{};
+    const CUresult dr = drv2(name.c_str(), &dp, version, flags, &ds);
+    const CUresult sr = shim2(name.c_str(), &sp, version, flags, &ss);
+    void* dp1 = nullptr;
+    void* sp1 = reinterpret_cast<void*>(1);
+    const CUresult dr1 = drv1(name.c_str(), &dp1, version, flags);
+    const CUresult sr1 = shim1(name.c_str(), &sp1, version, flags);
+    expect(sr == dr && ss == ds, what + ": status differs from the driver's (" +
+                                     std::to_string(sr) + "/" + std::to_string(ss) + " vs " +
+                                     std::to_string(dr) + "/" + std::to_string(ds) + ")");
+    expect(sr1 == dr1, what + ": cuGetProcAddress result differs from the driver's");
+    if (dr != CUDA_SUCCESS || dp == nullptr) {
+      expect(sp == nullptr || sr != CUDA_SUCCESS, what + ": a pointer the driver does not give");
+      expect(dp1 == nullptr && (sp1 == nullptr || sr1 != CUDA_SUCCESS),
+             what + ": cuGetProcAddress gives a pointer the driver does not");
+      ++unknown;
+      continue;
+    }
+    expect(dp1 == dp, what + ": the driver's two resolvers disagree");
+    // The ABI the driver chose, by the name its implementation is exported under.
+    Dl_info info{};
+    expect(dladdr(dp, &info) && info.dli_sname, what + ": dladdr of the driver's pointer");
+    void* wrapper = dlsym(shim, info.dli_sname);
+    if (wrapper != nullptr) {
+      expect(sp == wrapper, what + ": not the shim's " + info.dli_sname);
+      expect(sp1 == wrapper, what + ": cuGetProcAddress: not the shim's " + info.dli_sname);
+      ++hooked;
+    } else {
+      expect(sp == dp, what + ": not the driver's own " + info.dli_sname);
+      expect(sp1 == dp, what + ": cuGetProcAddress: not the driver's own " + info.dli_sname);
+      ++passed;
+    }
+  }
+  expect(lines > 0, "no lookups in " + lookups);
+  std::printf("%s\n",
+              json{{"lookups", lines}, {"hooked", hooked}, {"driver", passed}, {"unknown", unknown}}
+                  .dump()
+                  .c_str());
+  return 0;
+}
+
 int mode_resolver() {
   void* h = open_libcuda();
   GetProcV2 gpa2 = reinterpret_cast<GetProcV2>(dlsym(h, "cuGetProcAddress_v2"));
@@ -527,10 +623,11 @@ int main(int argc, char** argv) {
   std::uint64_t step = 256ull << 20, max = 0, max_step = 64ull << 20;
   unsigned threads = 4, children = 2, seed = 1;
   double seconds = 1.0, start_at = 0;
+  std::string lookups;
   CLI::App app{"Drive libcushare.so through dlsym and cuGetProcAddress"};
   app.add_option("--mode", mode)
-      ->check(CLI::IsMember(
-          {"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap", "watch", "graph"}));
+      ->check(CLI::IsMember({"fill", "race", "fork", "resolver", "dlsym", "nvml", "mipmap", "watch",
+                             "graph", "replay"}));
   app.add_option("--resolve", res.how, "dlsym | procaddr | procaddr4")
       ->check(CLI::IsMember({"dlsym", "procaddr", "procaddr4"}));
   app.add_option("--version", res.version, "cudaVersion for cuGetProcAddress");
@@ -542,10 +639,12 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds);
   app.add_option("--children", children);
   app.add_option("--seed", seed);
+  app.add_option("--lookups", lookups, "replay: symbol<TAB>cudaVersion<TAB>flags per line");
   app.add_option("--start-at", start_at, "race: unix time at which to start (after init)");
   CLI11_PARSE(app, argc, argv);
 
   if (mode == "resolver") return mode_resolver();
+  if (mode == "replay") return mode_replay(lookups);
   if (mode == "dlsym") return mode_dlsym();
   const Api a = res.load();
   if (mode == "fill") return mode_fill(a, step, max);

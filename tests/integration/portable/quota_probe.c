@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
     ++count;
   }
   if ((r = cuMemGetInfo(&free_after, &total_after)) != CUDA_SUCCESS) return fail("info", r);
-  printf("{\"total_before\":%zu,\"free_before\":%zu,\"total_after\":%zu,\"free_after\":%zu,"
-         "\"obtained\":%zu,\"allocations\":%zu,\"refusal\":%d}\n",
-         total_before, free_before, total_after, free_after, obtained, count, (int)refusal);
+  printf(
+      "{\"total_before\":%zu,\"free_before\":%zu,\"total_after\":%zu,\"free_after\":%zu,"
+      "\"obtained\":%zu,\"allocations\":%zu,\"refusal\":%d}\n",
+      total_before, free_before, total_after, free_after, obtained, count, (int)refusal);
   fflush(stdout);
   struct timespec hold = {hold_ms / 1000, (hold_ms % 1000) * 1000000L};
   nanosleep(&hold, NULL);

@@ -47,12 +47,16 @@ static void* (*lookup)(const char* name);
 /* ---- way 1: glibc's dlsym, not the interposed one ---- */
 static void* (*real_dlsym)(void*, const char*);
 static void* cuda_handle;
-static void* via_dlvsym(const char* name) { return real_dlsym(cuda_handle, name); }
+static void* via_dlvsym(const char* name) {
+  return real_dlsym(cuda_handle, name);
+}
 
 /* ---- way 2: another link-map namespace ---- */
 static void* ns_cuda;
 static void* (*ns_dlsym)(void*, const char*);
-static void* via_dlmopen(const char* name) { return ns_dlsym(ns_cuda, name); }
+static void* via_dlmopen(const char* name) {
+  return ns_dlsym(ns_cuda, name);
+}
 
 /* ---- way 3: the ELF symbol table of the loaded library ---- */
 struct loaded {
@@ -137,8 +141,9 @@ static double now_s(void) {
 
 int main(int argc, char** argv) {
   if (argc < 4 || strcmp(argv[1], "--via") != 0) {
-    fprintf(stderr, "usage: bypass_probe --via dlvsym|dlmopen|elf alloc BYTES STEP HOLD_MS\n"
-                    "       bypass_probe --via dlvsym|dlmopen|elf launch SECONDS PTX_FILE\n");
+    fprintf(stderr,
+            "usage: bypass_probe --via dlvsym|dlmopen|elf alloc BYTES STEP HOLD_MS\n"
+            "       bypass_probe --via dlvsym|dlmopen|elf launch SECONDS PTX_FILE\n");
     return 2;
   }
   const char* way = argv[2];

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tests/fakegpu/core/pid_view.hpp"
+#include "tests/fakegpu/cuda/array_shape.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
 
 using namespace fakegpu;
@@ -48,6 +49,7 @@ CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Conte
   ctx->id = d.next_id++;
   ctx->default_stream.id = 0;
   d.contexts.push_back(ctx);
+  register_handle(ctx, HandleKind::context);
   *out = ctx;
   return CUDA_SUCCESS;
 }
@@ -62,7 +64,9 @@ void destroy_context_object(Context* ctx) {
   }
   std::lock_guard<std::mutex> guard(d.mu);
   std::erase(d.contexts, ctx);
-  ctx->magic = 0;  // the handle stays allocated so stale uses fail cleanly instead of crashing
+  // The handle is invalid from now on; the object stays allocated because other
+  // threads' context stacks and its streams and events still point at it.
+  unregister_handle(ctx, HandleKind::context);
 }
 
 }  // namespace
@@ -380,7 +384,7 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
       break;
     default:
-      v = 0;
+      v = texture_limit(attrib);  // the limits cuArray3DCreate checks; 0 for the rest
       break;
   }
   *pi = v;
@@ -418,7 +422,7 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   std::lock_guard<std::mutex> once(creating);
   {
     std::lock_guard<std::mutex> guard(d.mu);
-    if (d.primary[dev] != nullptr && d.primary[dev]->magic == kContextMagic) {
+    if (context_alive(d.primary[dev])) {
       ++d.primary_refs[dev];
       *pctx = reinterpret_cast<CUcontext>(d.primary[dev]);
       return CUDA_SUCCESS;
@@ -533,9 +537,8 @@ FAKEGPU_API CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreat
 
 FAKEGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* c = reinterpret_cast<Context*>(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
-  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = as_context(ctx);
+  if (c == nullptr || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
   wait_for(c, c->last_seq.load());
   std::erase(context_stack(), c);
   destroy_context_object(c);
@@ -544,8 +547,8 @@ FAKEGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
 
 FAKEGPU_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* c = reinterpret_cast<Context*>(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = as_context(ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   context_stack().push_back(c);
   return CUDA_SUCCESS;
 }
@@ -561,8 +564,8 @@ FAKEGPU_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
 
 FAKEGPU_API CUresult cuCtxSetCurrent(CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* c = reinterpret_cast<Context*>(ctx);
-  if (c != nullptr && c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = as_context(ctx);
+  if (ctx != nullptr && c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   set_current(c);
   return CUDA_SUCCESS;
 }
@@ -575,8 +578,11 @@ FAKEGPU_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
 }
 
 namespace {
+// The context a call names, or the calling thread's current one for NULL;
+// nullptr unless that context is live.
 Context* ctx_or_current(CUcontext ctx) {
-  return ctx ? reinterpret_cast<Context*>(ctx) : current_context();
+  Context* c = ctx ? as_context(ctx) : current_context();
+  return context_alive(c) ? c : nullptr;
 }
 }  // namespace
 
@@ -584,7 +590,7 @@ FAKEGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* c = current_context();
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!context_alive(c)) return CUDA_ERROR_INVALID_CONTEXT;
   *device = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
@@ -593,7 +599,7 @@ FAKEGPU_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* c = ctx_or_current(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   *device = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
@@ -601,7 +607,7 @@ FAKEGPU_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
 FAKEGPU_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Context* c = ctx_or_current(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   CUresult r = wait_for(c, c->last_seq.load());
   if (r == CUDA_SUCCESS) trim_pools_after_sync();
   return r;
@@ -631,7 +637,7 @@ FAKEGPU_API CUresult cuCtxSetFlags(unsigned int flags) {
 FAKEGPU_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Context* c = ctx_or_current(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (ctxId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *ctxId = c->id;
   return CUDA_SUCCESS;
@@ -640,7 +646,7 @@ FAKEGPU_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
 FAKEGPU_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Context* c = ctx_or_current(ctx);
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *version = 3020;
   return CUDA_SUCCESS;

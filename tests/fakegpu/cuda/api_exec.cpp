@@ -3,7 +3,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -13,9 +12,8 @@ using namespace fakegpu;
 
 namespace {
 
-std::set<Module*>& modules() {
-  static auto* set = new std::set<Module*>();
-  return *set;
+HandleKind module_kind(bool library) {
+  return library ? HandleKind::library : HandleKind::module;
 }
 
 // Size of a module image: PTX is NUL-terminated text; ELF cubins and fatbins
@@ -74,7 +72,7 @@ CUresult load_module(const void* image, bool library, Module** out) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   std::lock_guard<std::mutex> guard(driver().mu);
-  modules().insert(m);
+  register_handle(m, module_kind(library));
   *out = m;
   return CUDA_SUCCESS;
 }
@@ -88,11 +86,29 @@ CUresult read_file(const char* path, std::string& bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult get_function(Module* m, const char* name, Function** out) {
+// What a CUmodule may name: a module, or a library's module (cuLibraryGetModule
+// hands out the library object itself as its module).
+constexpr HandleKind kModuleKinds[] = {HandleKind::module, HandleKind::library};
+constexpr HandleKind kLibraryKinds[] = {HandleKind::library};
+
+template <size_t N>
+Module* as_module_of(const void* handle, const HandleKind (&kinds)[N]) {
+  for (HandleKind k : kinds) {
+    if (Module* m = handle_object<Module>(handle, k)) return m;
+  }
+  return nullptr;
+}
+
+// Looks `name` up in the module behind `handle`. The handle is resolved under
+// driver().mu, which unload() holds while it deletes a module.
+template <size_t N>
+CUresult get_function(const void* handle, const HandleKind (&kinds)[N], const char* name,
+                      Function** out) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> guard(driver().mu);
-  if (!modules().count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  Module* m = as_module_of(handle, kinds);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto it = m->functions.find(name);
   if (it == m->functions.end()) {
     const bool found = m->ptx ? ptx_has_entry(m->image, name)
@@ -102,18 +118,21 @@ CUresult get_function(Module* m, const char* name, Function** out) {
     fn->name = name;
     fn->spin = std::strstr(name, "spin") != nullptr;
     fn->module = m;
+    register_handle(fn.get(), HandleKind::function);
     it = m->functions.emplace(name, std::move(fn)).first;
   }
   *out = it->second.get();
   return CUDA_SUCCESS;
 }
 
-CUresult unload(Module* m) {
+CUresult unload(const void* handle, HandleKind kind) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
-  if (!modules().erase(m)) return CUDA_ERROR_INVALID_HANDLE;
-  for (auto& [name, fn] : m->functions) fn->magic = 0;
-  // Function objects stay allocated (leaked) so a late launch fails cleanly.
+  if (!unregister_handle(handle, kind)) return CUDA_ERROR_INVALID_HANDLE;
+  auto* m = static_cast<Module*>(const_cast<void*>(handle));
+  for (auto& [name, fn] : m->functions) unregister_handle(fn.get(), HandleKind::function);
+  // Function objects stay allocated (leaked): a launch racing the unload on
+  // another thread may still be reading the one it looked up.
   for (auto& [name, fn] : m->functions) (void)fn.release();
   delete m;
   return CUDA_SUCCESS;
@@ -147,11 +166,6 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, vo
 
 // ---- streams ----
 
-std::set<Stream*>& streams() {
-  static auto* set = new std::set<Stream*>();
-  return *set;
-}
-
 CUresult stream_sync(CUstream stream) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
@@ -173,8 +187,7 @@ CUresult stream_query(CUstream stream) {
 // ---- events ----
 
 Event* as_event(CUevent e) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  return ev && ev->magic == kEventMagic ? ev : nullptr;
+  return handle_object<Event>(e, HandleKind::event);
 }
 
 CUresult event_record(CUevent event, CUstream stream, unsigned flags) {
@@ -288,20 +301,22 @@ FAKEGPU_API CUresult cuModuleLoad(CUmodule* module, const char* fname) {
 }
 
 FAKEGPU_API CUresult cuModuleUnload(CUmodule hmod) {
-  return unload(reinterpret_cast<Module*>(hmod));
+  // Only a module: a library's module goes with cuLibraryUnload.
+  return unload(hmod, HandleKind::module);
 }
 
 FAKEGPU_API CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   Function* fn = nullptr;
-  CUresult r = get_function(reinterpret_cast<Module*>(hmod), name, &fn);
+  CUresult r = get_function(hmod, kModuleKinds, name, &fn);
   if (r == CUDA_SUCCESS) *hfunc = reinterpret_cast<CUfunction>(fn);
   return r;
 }
 
 FAKEGPU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod,
                                           const char* name) {
-  (void)dptr, (void)bytes, (void)hmod, (void)name;
+  (void)dptr, (void)bytes, (void)name;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (as_module_of(hmod, kModuleKinds) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_ERROR_NOT_FOUND;  // module globals are not modelled
 }
 
@@ -339,12 +354,12 @@ FAKEGPU_API CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileN
 }
 
 FAKEGPU_API CUresult cuLibraryUnload(CUlibrary library) {
-  return unload(reinterpret_cast<Module*>(library));
+  return unload(library, HandleKind::library);
 }
 
 FAKEGPU_API CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
   Function* fn = nullptr;
-  CUresult r = get_function(reinterpret_cast<Module*>(library), name, &fn);
+  CUresult r = get_function(library, kLibraryKinds, name, &fn);
   if (r == CUDA_SUCCESS) *pKernel = reinterpret_cast<CUkernel>(fn);
   return r;
 }
@@ -352,6 +367,7 @@ FAKEGPU_API CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, co
 FAKEGPU_API CUresult cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (pMod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (as_module_of(library, kLibraryKinds) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *pMod = reinterpret_cast<CUmodule>(library);
   return CUDA_SUCCESS;
 }
@@ -380,7 +396,8 @@ FAKEGPU_API CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
 
 FAKEGPU_API CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (pi == nullptr || as_function(hfunc) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (pi == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (as_function(hfunc) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
       *pi = 1024;
@@ -486,14 +503,14 @@ FAKEGPU_API CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int
   if (phStream == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)))
     return CUDA_ERROR_INVALID_VALUE;
   Context* c = current_context();
-  if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!context_alive(c)) return CUDA_ERROR_INVALID_CONTEXT;
   auto* s = new Stream();
   s->ctx = c;
   s->flags = flags;
   s->priority = std::clamp(priority, -5, 0);
   std::lock_guard<std::mutex> guard(driver().mu);
   s->id = driver().next_id++;
-  streams().insert(s);
+  register_handle(s, HandleKind::stream);
   *phStream = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
 }
@@ -504,12 +521,10 @@ FAKEGPU_API CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
 
 FAKEGPU_API CUresult cuStreamDestroy_v2(CUstream hStream) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* s = reinterpret_cast<Stream*>(hStream);
-  std::lock_guard<std::mutex> guard(driver().mu);
-  if (!streams().erase(s)) return CUDA_ERROR_INVALID_HANDLE;
-  // Work already queued still runs (the driver defers the destruction); the
-  // handle object is kept so late uses fail cleanly.
-  s->magic = 0;
+  // Work already queued still runs (the driver defers the destruction). The
+  // object stays allocated: its queued work, a capture or another thread's
+  // call in flight may still reach it.
+  if (!unregister_handle(hStream, HandleKind::stream)) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
 }
 
@@ -588,20 +603,22 @@ FAKEGPU_API CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   e->slot = slot;
   e->flags = Flags;
   e->ctx = current_context();
+  register_handle(e, HandleKind::event);
   *phEvent = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuEventDestroy_v2(CUevent hEvent) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  Event* e = as_event(hEvent);
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // Forgotten first, so only one of two racing destroys frees the slot. The
+  // object stays allocated: another thread's call in flight may still read it.
+  if (!unregister_handle(hEvent, HandleKind::event)) return CUDA_ERROR_INVALID_HANDLE;
+  Event* e = reinterpret_cast<Event*>(hEvent);
   Driver& d = driver();
   {
     StateLock lock(*d.file);
     destroy_event(lock.state(), e->slot);
   }
-  e->magic = 0;  // kept allocated: late uses fail cleanly
   return CUDA_SUCCESS;
 }
 

@@ -3,7 +3,6 @@
 // graph's kernels never overlap each other).
 #include <algorithm>
 #include <map>
-#include <set>
 #include <vector>
 
 #include "tests/fakegpu/cuda/driver.hpp"
@@ -13,13 +12,11 @@ using namespace fakegpu;
 namespace fakegpu {
 
 struct GraphNode {
-  uint32_t magic = 0x60DE0001;
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   uint64_t duration_ns = 0;
 };
 
 struct Graph {
-  uint32_t magic = 0x6AF00001;
   std::vector<GraphNode*> nodes;
   int device = -1;                      // physical device of its memory nodes
   std::map<uint64_t, uint64_t> allocs;  // alloc node address -> bytes (2 MiB granules)
@@ -28,7 +25,6 @@ struct Graph {
 };
 
 struct GraphExec {
-  uint32_t magic = 0x6E7E0001;
   std::vector<uint64_t> kernels;  // durations, in order
   int device = -1;
   uint64_t peak_bytes = 0;
@@ -74,14 +70,20 @@ CUresult reserve_graph_memory(int device, uint64_t peak, uint64_t unfreed) {
 }
 std::atomic<uint64_t> next_capture_id{1};
 
+// Graph handles that are not live are CUDA_ERROR_INVALID_VALUE: the only
+// error the graph API documents for a bad argument.
 Graph* as_graph(CUgraph g) {
-  auto* graph = reinterpret_cast<Graph*>(g);
-  return graph && graph->magic == 0x6AF00001 ? graph : nullptr;
+  return handle_object<Graph>(g, HandleKind::graph);
 }
 
 GraphExec* as_exec(CUgraphExec g) {
-  auto* exec = reinterpret_cast<GraphExec*>(g);
-  return exec && exec->magic == 0x6E7E0001 ? exec : nullptr;
+  return handle_object<GraphExec>(g, HandleKind::graph_exec);
+}
+
+Graph* new_graph() {
+  auto* g = new Graph();
+  register_handle(g, HandleKind::graph);
+  return g;
 }
 
 GraphNode* add_node(Graph* g, CUgraphNodeType type, uint64_t ns) {
@@ -89,6 +91,7 @@ GraphNode* add_node(Graph* g, CUgraphNodeType type, uint64_t ns) {
   node->type = type;
   node->duration_ns = ns;
   g->nodes.push_back(node);
+  register_handle(node, HandleKind::graph_node);
   return node;
 }
 
@@ -98,7 +101,7 @@ CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
-  s->graph = new Graph();
+  s->graph = new_graph();
   s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   s->capture_mode = mode;
   s->capture_id = next_capture_id++;
@@ -160,6 +163,7 @@ CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long lon
       exec->kernels.push_back(n->duration_ns);
     }
   }
+  register_handle(exec, HandleKind::graph_exec);
   *phGraphExec = reinterpret_cast<CUgraphExec>(exec);
   return CUDA_SUCCESS;
 }
@@ -364,16 +368,18 @@ FAKEGPU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode
 FAKEGPU_API CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  *phGraph = reinterpret_cast<CUgraph>(new Graph());
+  *phGraph = reinterpret_cast<CUgraph>(new_graph());
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuGraphDestroy(CUgraph hGraph) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  Graph* g = as_graph(hGraph);
-  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (GraphNode* n : g->nodes) delete n;
-  g->magic = 0;
+  if (!unregister_handle(hGraph, HandleKind::graph)) return CUDA_ERROR_INVALID_VALUE;
+  auto* g = reinterpret_cast<Graph*>(hGraph);
+  for (GraphNode* n : g->nodes) {
+    unregister_handle(n, HandleKind::graph_node);
+    delete n;
+  }
   delete g;
   return CUDA_SUCCESS;
 }
@@ -422,8 +428,8 @@ FAKEGPU_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t*
 
 FAKEGPU_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* n = reinterpret_cast<GraphNode*>(hNode);
-  if (n == nullptr || type == nullptr || n->magic != 0x60DE0001) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* n = handle_object<GraphNode>(hNode, HandleKind::graph_node);
+  if (n == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *type = n->type;
   return CUDA_SUCCESS;
 }
@@ -448,10 +454,8 @@ FAKEGPU_API CUresult cuGraphInstantiateWithParams_ptsz(
 
 FAKEGPU_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  GraphExec* exec = as_exec(hGraphExec);
-  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  exec->magic = 0;
-  delete exec;
+  if (!unregister_handle(hGraphExec, HandleKind::graph_exec)) return CUDA_ERROR_INVALID_VALUE;
+  delete reinterpret_cast<GraphExec*>(hGraphExec);
   return CUDA_SUCCESS;
 }
 

@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 
+#include "tests/fakegpu/cuda/array_shape.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/size_math.hpp"
 
 using namespace fakegpu;
 
@@ -14,22 +15,21 @@ namespace {
 
 constexpr uint64_t kAlign = 512;
 constexpr uint64_t kLargePage = 2ull << 20;
-uint64_t round_up(uint64_t v, uint64_t a) {
-  return (v + a - 1) / a * a;
-}
 
-// What an allocation takes from the device: 512-byte blocks below 2 MiB (the
-// sub-allocator packs them into shared pages), whole 2 MiB pages from there
-// on, as the driver's allocator does.
+// What an allocation of at most kMaxAllocationBytes takes from the device:
+// 512-byte blocks below 2 MiB (the sub-allocator packs them into shared
+// pages), whole 2 MiB pages from there on, as the driver's allocator does.
 uint64_t device_footprint(uint64_t size) {
-  return round_up(size, size >= kLargePage ? kLargePage : kAlign);
+  uint64_t bytes = 0;
+  (void)round_up(size, size >= kLargePage ? kLargePage : kAlign, &bytes);  // cannot wrap
+  return bytes;
 }
 
 CUresult need_context(Context** out) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Context* c = current_context();
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (c->magic != kContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!context_alive(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *out = c;
   return CUDA_SUCCESS;
 }
@@ -37,7 +37,7 @@ CUresult need_context(Context** out) {
 // Reserves addresses, charges the device and records the region.
 CUresult allocate_region(uint64_t size, RegionKind kind, int device, CUdeviceptr* out,
                          uint64_t alignment = kAlign) {
-  if (size == 0 || size > (1ull << 62))
+  if (size == 0 || size > kMaxAllocationBytes)
     return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
   const uint64_t charged = device_footprint(size);
   if (CUresult r = charge_device(device, charged); r != CUDA_SUCCESS) return r;
@@ -87,11 +87,17 @@ CUresult free_region(uint64_t base, std::initializer_list<RegionKind> kinds) {
   return CUDA_SUCCESS;
 }
 
-// Runs a copy/memset: moves the bytes now, then occupies `stream` for the
+// The stream a copy/memset runs on, resolved (with the current context)
+// before the transfer touches any byte, so a bad stream changes nothing.
+CUresult transfer_stream(CUstream stream, Stream** out) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  return resolve_stream(stream, out);
+}
+
+// Runs a copy/memset whose bytes were moved already: occupies `s` for the
 // simulated transfer time; synchronous forms wait for it.
-CUresult run_transfer(CUstream stream, uint64_t bytes, bool device_local, bool sync) {
-  Stream* s = nullptr;
-  if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+CUresult run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync) {
   const uint64_t ns = copy_duration_ns(bytes, device_local);
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     if (sync) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -110,55 +116,59 @@ bool is_device(uint64_t addr) {
 }
 
 CUresult memcpy_generic(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
   const bool dd = is_device(dst), sd = is_device(src);
   if (CUresult r = copy_bytes(dst, false, src, false, n); r != CUDA_SUCCESS) return r;
-  return run_transfer(stream, n, dd && sd, sync);
+  return run_transfer(s, n, dd && sd, sync);
 }
 
 CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
   if (src == nullptr && n) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = copy_bytes(dst, true, reinterpret_cast<uint64_t>(src), false, n);
       r != CUDA_SUCCESS)
     return r;
-  return run_transfer(stream, n, false, sync);
+  return run_transfer(s, n, false, sync);
 }
 
 CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
   if (dst == nullptr && n) return CUDA_ERROR_INVALID_VALUE;
   // The bytes are what the device holds once earlier work on the stream ran;
   // fakegpu moves data at call time, so synchronous reads first wait.
   if (CUresult r = copy_bytes(reinterpret_cast<uint64_t>(dst), false, src, true, n);
       r != CUDA_SUCCESS)
     return r;
-  return run_transfer(stream, n, false, sync);
+  return run_transfer(s, n, false, sync);
 }
 
 CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
   if (CUresult r = copy_bytes(dst, true, src, true, n); r != CUDA_SUCCESS) return r;
-  return run_transfer(stream, n, true, sync);
+  return run_transfer(s, n, true, sync);
 }
 
 CUresult memset_any(CUdeviceptr dst, uint64_t esize, uint64_t value, uint64_t count, uint64_t pitch,
                     uint64_t width, uint64_t height, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  // The bytes written, for the transfer time; they must fit like the span.
+  uint64_t bytes = 0;
+  const bool fits = height ? mul_size(width, esize, &bytes) && mul_size(bytes, height, &bytes)
+                           : mul_size(count, esize, &bytes);
+  if (!fits) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = fill_bytes(dst, esize, value, count, pitch, width, height); r != CUDA_SUCCESS)
     return r;
-  const uint64_t bytes = height ? width * esize * height : count * esize;
-  return run_transfer(stream, bytes, true, sync);
+  return run_transfer(s, bytes, true, sync);
 }
 
 CUresult copy2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
-  Context* c = nullptr;
-  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  Stream* s = nullptr;
+  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto address = [](CUmemorytype type, const void* host, CUdeviceptr dev, uint64_t& out,
                     bool& device) -> bool {
@@ -185,62 +195,54 @@ CUresult copy2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
       !address(p->dstMemoryType, p->dstHost, p->dstDevice, dst, dd)) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  // Address of row `y` of one side; false when it does not fit in 64 bits.
+  auto row = [](uint64_t base, size_t x, size_t y0, size_t y, size_t pitch, uint64_t* out) {
+    uint64_t line = 0, offset = 0;
+    return add_size(y0, y, &line) && mul_size(line, pitch, &offset) &&
+           add_size(offset, x, &offset) && add_size(base, offset, out);
+  };
+  uint64_t total = 0;
+  if (!mul_size(p->WidthInBytes, p->Height, &total)) return CUDA_ERROR_INVALID_VALUE;
   for (size_t y = 0; y < p->Height; ++y) {
-    const uint64_t s = src + (p->srcY + y) * p->srcPitch + p->srcXInBytes;
-    const uint64_t t = dst + (p->dstY + y) * p->dstPitch + p->dstXInBytes;
-    if (CUresult r = copy_bytes(t, dd, s, sd, p->WidthInBytes); r != CUDA_SUCCESS) return r;
+    uint64_t from = 0, to = 0;
+    if (!row(src, p->srcXInBytes, p->srcY, y, p->srcPitch, &from) ||
+        !row(dst, p->dstXInBytes, p->dstY, y, p->dstPitch, &to)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult r = copy_bytes(to, dd, from, sd, p->WidthInBytes); r != CUDA_SUCCESS) return r;
   }
-  return run_transfer(stream, p->WidthInBytes * p->Height, sd && dd, sync);
+  return run_transfer(s, total, sd && dd, sync);
 }
 
 struct ArrayObject {
-  uint32_t magic = 0xA77A0001;
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   uint64_t bytes = 0;
   int device = 0;
 };
-std::set<ArrayObject*>& arrays() {
-  static auto* set = new std::set<ArrayObject*>();
-  return *set;
-}
 
-uint64_t format_bytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 0;
-  }
+// Arrays live in opaque, tiled layouts: they are charged their texel bytes
+// rounded up to 2 MiB pages. The shape checks bound the texel bytes far below
+// where rounding could wrap.
+uint64_t array_pages(uint64_t texel_bytes) {
+  uint64_t bytes = 0;
+  (void)round_up(texel_bytes, kLargePage, &bytes);
+  return bytes;
 }
 
 CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   Context* c = nullptr;
   if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
-  const uint64_t fb = format_bytes(desc.Format);
-  if (out == nullptr || fb == 0 || desc.Width == 0 ||
-      (desc.NumChannels != 1 && desc.NumChannels != 2 && desc.NumChannels != 4)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  // Arrays live in opaque, tiled layouts; charge the texel bytes rounded to 2 MiB pages.
-  const uint64_t bytes = round_up(desc.Width * std::max<size_t>(desc.Height, 1) *
-                                      std::max<size_t>(desc.Depth, 1) * desc.NumChannels * fb,
-                                  2ull << 20);
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t texels = 0;
+  if (CUresult r = array_bytes(desc, &texels); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = array_pages(texels);
   if (CUresult r = charge_device(c->device, bytes); r != CUDA_SUCCESS) return r;
   auto* a = new ArrayObject();
   a->desc = desc;
   a->bytes = bytes;
   a->device = c->device;
   std::lock_guard<std::mutex> guard(driver().mu);
-  arrays().insert(a);
+  register_handle(a, HandleKind::array);
   *out = reinterpret_cast<CUarray>(a);
   return CUDA_SUCCESS;
 }
@@ -264,9 +266,12 @@ FAKEGPU_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_
       (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const size_t pitch = round_up(WidthInBytes, 512);  // texture pitch alignment of current GPUs
-  if (CUresult r = allocate_region(pitch * Height, RegionKind::pitch, c->device, dptr);
-      r != CUDA_SUCCESS)
+  // Texture pitch alignment of current GPUs. A pitch or total that does not
+  // fit in 64 bits is an impossible allocation.
+  uint64_t pitch = 0, total = 0;
+  if (!round_up(WidthInBytes, 512, &pitch) || !mul_size(pitch, Height, &total))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = allocate_region(total, RegionKind::pitch, c->device, dptr); r != CUDA_SUCCESS)
     return r;
   *pPitch = pitch;
   return CUDA_SUCCESS;
@@ -281,7 +286,7 @@ FAKEGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsig
   }
   // Managed memory is host-accessible: back it with lazily committed host pages.
   // It is charged to the device at allocation (resident-on-touch is not modelled).
-  if (bytesize > (1ull << 62)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (bytesize > kMaxAllocationBytes) return CUDA_ERROR_OUT_OF_MEMORY;
   const uint64_t charged = device_footprint(bytesize);
   if (CUresult r = charge_device(c->device, charged); r != CUDA_SUCCESS) return r;
   void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE,
@@ -310,8 +315,7 @@ FAKEGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (dptr == 0) return CUDA_SUCCESS;
   // cuMemFree synchronises the device like the real driver's implicit sync.
-  if (Context* c = current_context(); c && c->magic == kContextMagic)
-    wait_for(c, c->last_seq.load());
+  if (Context* c = current_context(); context_alive(c)) wait_for(c, c->last_seq.load());
   return free_region(dptr, {RegionKind::device, RegionKind::pitch, RegionKind::managed,
                             RegionKind::async, RegionKind::graph});
 }
@@ -571,8 +575,10 @@ FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   auto* a = reinterpret_cast<ArrayObject*>(hArray);
   {
+    // Readers hold driver().mu from lookup to last use; forgetting the handle
+    // under it lets the object go once the lock is released.
     std::lock_guard<std::mutex> guard(driver().mu);
-    if (arrays().erase(a) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (!unregister_handle(a, HandleKind::array)) return CUDA_ERROR_INVALID_HANDLE;
   }
   uncharge_device(a->device, a->bytes);
   delete a;
@@ -582,8 +588,9 @@ FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
 FAKEGPU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out, CUarray hArray) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
-  auto* a = reinterpret_cast<ArrayObject*>(hArray);
-  if (out == nullptr || !arrays().count(a)) return CUDA_ERROR_INVALID_HANDLE;
+  auto* a = handle_object<ArrayObject>(hArray, HandleKind::array);
+  if (a == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *out = a->desc;
   return CUDA_SUCCESS;
 }
@@ -604,8 +611,8 @@ FAKEGPU_API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS
   (void)dev;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
-  auto* a = reinterpret_cast<ArrayObject*>(array);
-  if (req == nullptr || !arrays().count(a)) return CUDA_ERROR_INVALID_VALUE;
+  auto* a = handle_object<ArrayObject>(array, HandleKind::array);
+  if (req == nullptr || a == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
   req->size = a->bytes;
   req->alignment = 2ull << 20;
@@ -675,16 +682,11 @@ FAKEGPU_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 
 namespace {
 struct MipmappedObject {
-  uint32_t magic = 0x313A0001;
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   unsigned levels = 0;
   uint64_t bytes = 0;
   int device = 0;
 };
-std::set<MipmappedObject*>& mipmaps() {
-  static auto* set = new std::set<MipmappedObject*>();
-  return *set;
-}
 }  // namespace
 
 FAKEGPU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
@@ -692,26 +694,19 @@ FAKEGPU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                             unsigned int numMipmapLevels) {
   Context* c = nullptr;
   if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
-  if (pHandle == nullptr || desc == nullptr || numMipmapLevels == 0 || desc->Width == 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  const uint64_t texel = format_bytes(desc->Format) * desc->NumChannels;
-  if (texel == 0) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t bytes = 0;
-  for (unsigned level = 0; level < numMipmapLevels; ++level) {
-    bytes += std::max<uint64_t>(desc->Width >> level, 1) *
-             std::max<uint64_t>(desc->Height >> level, 1) *
-             std::max<uint64_t>(desc->Depth >> level, 1) * texel;
-  }
-  bytes = round_up(bytes, 2ull << 20);
+  if (pHandle == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned levels = numMipmapLevels;
+  uint64_t texels = 0;
+  if (CUresult r = mipmapped_array_bytes(*desc, &levels, &texels); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = array_pages(texels);
   if (CUresult r = charge_device(c->device, bytes); r != CUDA_SUCCESS) return r;
   auto* m = new MipmappedObject();
   m->desc = *desc;
-  m->levels = numMipmapLevels;
+  m->levels = levels;
   m->bytes = bytes;
   m->device = c->device;
   std::lock_guard<std::mutex> guard(driver().mu);
-  mipmaps().insert(m);
+  register_handle(m, HandleKind::mipmapped_array);
   *pHandle = reinterpret_cast<CUmipmappedArray>(m);
   return CUDA_SUCCESS;
 }
@@ -720,8 +715,8 @@ FAKEGPU_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   auto* m = reinterpret_cast<MipmappedObject*>(hMipmappedArray);
   {
-    std::lock_guard<std::mutex> guard(driver().mu);
-    if (mipmaps().erase(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    std::lock_guard<std::mutex> guard(driver().mu);  // as in cuArrayDestroy
+    if (!unregister_handle(m, HandleKind::mipmapped_array)) return CUDA_ERROR_INVALID_HANDLE;
   }
   uncharge_device(m->device, m->bytes);
   delete m;
@@ -733,8 +728,8 @@ FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQ
   (void)dev;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
-  auto* m = reinterpret_cast<MipmappedObject*>(mipmap);
-  if (req == nullptr || !mipmaps().count(m)) return CUDA_ERROR_INVALID_VALUE;
+  auto* m = handle_object<MipmappedObject>(mipmap, HandleKind::mipmapped_array);
+  if (req == nullptr || m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
   req->size = m->bytes;
   req->alignment = 2ull << 20;

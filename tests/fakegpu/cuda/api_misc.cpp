@@ -37,9 +37,9 @@ FAKEGPU_API CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute a
 }
 
 FAKEGPU_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
-  (void)peerContext;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (as_context(peerContext) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 }
 

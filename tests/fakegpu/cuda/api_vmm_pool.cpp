@@ -4,20 +4,25 @@
 #include <set>
 
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/size_math.hpp"
 
 using namespace fakegpu;
 
 namespace {
 
 constexpr uint64_t kGranularity = 2ull << 20;
-uint64_t round_up(uint64_t v, uint64_t a) {
-  return (v + a - 1) / a * a;
+
+// Rounding for sizes already bounded by kMaxAllocationBytes or by device
+// memory, where it cannot wrap.
+uint64_t round_up_bounded(uint64_t v, uint64_t granule) {
+  uint64_t out = 0;
+  (void)round_up(v, granule, &out);
+  return out;
 }
 
 // ---- VMM ----
 
 struct PhysicalHandle {
-  uint32_t magic = 0x9A7D0001;
   CUmemAllocationProp prop{};
   uint64_t size = 0;
   uint64_t charged = 0;
@@ -27,10 +32,13 @@ struct PhysicalHandle {
   std::shared_ptr<Backing> backing;
 };
 
-std::set<PhysicalHandle*>& handles() {
-  static auto* set = new std::set<PhysicalHandle*>();
-  return *set;
+// VMM handles that are not live are CUDA_ERROR_INVALID_VALUE, the error the
+// VMM API documents for every bad argument. Callers hold driver().mu, under
+// which a handle's object is deleted.
+PhysicalHandle* as_physical(CUmemGenericAllocationHandle handle) {
+  return handle_object<PhysicalHandle>(handle, HandleKind::vmm_allocation);
 }
+
 std::map<uint64_t, uint64_t>& reservations() {
   static auto* map = new std::map<uint64_t, uint64_t>();
   return *map;
@@ -40,10 +48,9 @@ std::map<uint64_t, uint64_t>& reservations() {
 // and unmapped everywhere. Caller holds driver().mu; returns bytes to uncharge.
 uint64_t maybe_free_physical(PhysicalHandle* h, int* device) {
   if (h->refs > 0 || h->mappings > 0) return 0;
-  handles().erase(h);
+  unregister_handle(h, HandleKind::vmm_allocation);
   const uint64_t bytes = h->charged;
   *device = h->device;
-  h->magic = 0;
   delete h;
   return bytes;
 }
@@ -67,7 +74,6 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
 // ---- pools ----
 
 struct Pool {
-  uint32_t magic = 0x9001F001;
   CUmemPoolProps props{};
   int device = 0;
   bool is_default = false;
@@ -78,6 +84,8 @@ struct Pool {
   int reuse_follow = 1, reuse_opportunistic = 1, reuse_internal = 1;
 };
 
+// The live pools, trimmed at synchronisation points (a pool destroyed while
+// its allocations live is neither a handle nor trimmed any more).
 std::set<Pool*>& pools() {
   static auto* set = new std::set<Pool*>();
   return *set;
@@ -85,9 +93,15 @@ std::set<Pool*>& pools() {
 Pool* default_pools[kMaxDevices] = {};
 Pool* current_pools[kMaxDevices] = {};
 
+// Pool handles that are not live are CUDA_ERROR_INVALID_VALUE, the error the
+// pool API documents for a bad argument.
 Pool* as_pool(CUmemoryPool p) {
-  auto* pool = reinterpret_cast<Pool*>(p);
-  return pool && pools().count(pool) ? pool : nullptr;
+  return handle_object<Pool>(p, HandleKind::memory_pool);
+}
+
+void add_pool(Pool* p) {  // caller holds driver().mu
+  pools().insert(p);
+  register_handle(p, HandleKind::memory_pool);
 }
 
 Pool* default_pool(int device) {  // caller holds driver().mu
@@ -98,7 +112,7 @@ Pool* default_pool(int device) {  // caller holds driver().mu
     p->props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     p->props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     p->props.location.id = ordinal_of(device);
-    pools().insert(p);
+    add_pool(p);
     default_pools[device] = p;
   }
   return default_pools[device];
@@ -108,7 +122,9 @@ Pool* default_pool(int device) {  // caller holds driver().mu
 // Caller holds driver().mu; returns bytes to give back to the device.
 uint64_t shrink(Pool* p, uint64_t keep) {
   if (keep >= p->reserved) return 0;  // also UINT64_MAX, the usual "keep everything"
-  const uint64_t floor = std::max(round_up(p->used, kGranularity), round_up(keep, kGranularity));
+  // Both are below the reservation, itself bounded by device memory.
+  const uint64_t floor =
+      std::max(round_up_bounded(p->used, kGranularity), round_up_bounded(keep, kGranularity));
   if (p->reserved <= floor) return 0;
   const uint64_t give = p->reserved - floor;
   p->reserved = floor;
@@ -119,24 +135,32 @@ CUresult alloc_from(Pool* pool, CUdeviceptr* dptr, size_t bytesize, CUstream hSt
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  // Before any rounding: a size no device holds would otherwise wrap to a
+  // small reservation.
+  if (bytesize > kMaxAllocationBytes) return CUDA_ERROR_OUT_OF_MEMORY;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_alloc(s, bytesize, dptr);
   Driver& d = driver();
-  const uint64_t size = round_up(bytesize, 512);
+  const uint64_t size = round_up_bounded(bytesize, 512);
   uint64_t grow = 0;
   {
     std::lock_guard<std::mutex> guard(d.mu);
     if (pool->used + size > pool->reserved)
-      grow = round_up(pool->used + size - pool->reserved, kGranularity);
+      grow = round_up_bounded(pool->used + size - pool->reserved, kGranularity);
   }
   if (grow) {
     if (CUresult r = charge_device(pool->device, grow); r != CUDA_SUCCESS) return r;
   }
-  std::lock_guard<std::mutex> guard(d.mu);
+  std::unique_lock<std::mutex> guard(d.mu);
+  const uint64_t base = va_alloc(size, 512);
+  if (base == 0) {  // out of device addresses: give the growth back
+    guard.unlock();
+    if (grow) uncharge_device(pool->device, grow);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   pool->reserved += grow;
   pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
   pool->used += size;
   pool->used_high = std::max(pool->used_high, pool->used);
-  const uint64_t base = va_alloc(size, 512);
   Region r;
   r.size = bytesize;
   r.kind = RegionKind::async;
@@ -193,7 +217,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
       device = r.device;
     } else if (r.kind == RegionKind::async) {
       auto* pool = static_cast<Pool*>(r.pool);
-      pool->used -= std::min(pool->used, round_up(r.size, 512));
+      pool->used -= std::min(pool->used, round_up_bounded(r.size, 512));
       if (pool->destroyed && pool->used == 0) {  // its last allocation: the pool goes
         uncharge_bytes = pool->reserved;
         device = pool->device;
@@ -263,19 +287,19 @@ FAKEGPU_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
   h->backing = std::make_shared<Backing>();
   h->backing->size = size;
   std::lock_guard<std::mutex> guard(driver().mu);
-  handles().insert(h);
+  register_handle(h, HandleKind::vmm_allocation);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(h);
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  auto* h = reinterpret_cast<PhysicalHandle*>(handle);
   uint64_t bytes = 0;
   int device = 0;
   {
     std::lock_guard<std::mutex> guard(driver().mu);
-    if (!handles().count(h) || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;
+    PhysicalHandle* h = as_physical(handle);
+    if (h == nullptr || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;
     --h->refs;
     bytes = maybe_free_physical(h, &device);
   }
@@ -299,8 +323,8 @@ FAKEGPU_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp*
                                                             CUmemGenericAllocationHandle handle) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
-  auto* h = reinterpret_cast<PhysicalHandle*>(handle);
-  if (prop == nullptr || !handles().count(h)) return CUDA_ERROR_INVALID_VALUE;
+  PhysicalHandle* h = as_physical(handle);
+  if (prop == nullptr || h == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *prop = h->prop;
   return CUDA_SUCCESS;
 }
@@ -341,17 +365,19 @@ FAKEGPU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
-  auto* h = reinterpret_cast<PhysicalHandle*>(handle);
+  PhysicalHandle* h = as_physical(handle);
   // A released handle names nothing any more, even while its memory is
   // still mapped elsewhere (cuMemRetainAllocationHandle gives it back).
-  if (!handles().count(h) || h->refs <= 0 || flags != 0 || size == 0 || size % kGranularity ||
-      offset % kGranularity || offset + size > h->size) {
+  // Ranges are compared by subtraction: offset + size could wrap.
+  if (h == nullptr || h->refs <= 0 || flags != 0 || size == 0 || size % kGranularity ||
+      offset % kGranularity || size > h->size || offset > h->size - size) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto res = reservations().upper_bound(ptr);
   if (res == reservations().begin()) return CUDA_ERROR_INVALID_VALUE;
   --res;
-  if (ptr < res->first || ptr + size > res->first + res->second) return CUDA_ERROR_INVALID_VALUE;
+  if (ptr < res->first || size > res->second || ptr - res->first > res->second - size)
+    return CUDA_ERROR_INVALID_VALUE;
   for (auto& [base, region] : d.regions) {
     if (base < ptr + size && ptr < base + region.size)
       return CUDA_ERROR_INVALID_VALUE;  // overlaps a mapping
@@ -436,7 +462,7 @@ FAKEGPU_API CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* p
   p->props = *poolProps;
   p->device = physical(poolProps->location.id);
   std::lock_guard<std::mutex> guard(driver().mu);
-  pools().insert(p);
+  add_pool(p);
   *pool = reinterpret_cast<CUmemoryPool>(p);
   return CUDA_SUCCESS;
 }
@@ -452,7 +478,9 @@ FAKEGPU_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     for (auto& c : current_pools) {
       if (c == p) c = nullptr;
     }
-    pools().erase(p);  // the handle is gone; the Pool object stays: regions point at it
+    // The handle is gone; the Pool object stays: regions point at it.
+    pools().erase(p);
+    unregister_handle(p, HandleKind::memory_pool);
     // As documented: with allocations still live the call returns at once
     // and the pool's memory goes when the last of them is freed.
     if (p->used > 0) {

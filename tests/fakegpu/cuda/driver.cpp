@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tests/fakegpu/cuda/size_math.hpp"
+
 namespace fakegpu {
 
 Driver& driver() {
@@ -105,15 +107,12 @@ void set_current(Context* ctx) {
   }
 }
 
-CUresult validate_context(Context* ctx) {
-  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
-  Driver& d = driver();
-  StateLock lock(*d.file);
-  const ContextSlot& slot = lock.state().contexts[ctx->slot];
-  if (slot.state != SlotState::live || slot.generation != ctx->generation)
-    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  return CUDA_SUCCESS;
+Context* as_context(CUcontext ctx) {
+  return handle_object<Context>(ctx, HandleKind::context);
+}
+
+bool context_alive(const Context* ctx) {
+  return is_handle(ctx, HandleKind::context);
 }
 
 bool is_builtin_stream(CUstream stream) {
@@ -127,8 +126,8 @@ CUresult resolve_stream(CUstream stream, Stream** out) {
     *out = &ctx->default_stream;
     return CUDA_SUCCESS;
   }
-  auto* s = reinterpret_cast<Stream*>(stream);
-  if (s->magic != kStreamMagic || s->ctx == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* s = handle_object<Stream>(stream, HandleKind::stream);
+  if (s == nullptr || s->ctx == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *out = s;
   return CUDA_SUCCESS;
 }
@@ -214,11 +213,15 @@ uint64_t va_alloc(uint64_t size, uint64_t alignment) {
     d.va_base = (reinterpret_cast<uint64_t>(p) + (2ull << 20) - 1) & ~((2ull << 20) - 1);
     d.va_free[d.va_base] = want - (d.va_base - reinterpret_cast<uint64_t>(p));
   }
+  // More than the whole reservation never fits; checking first also keeps the
+  // rounding below from wrapping.
+  if (size > d.va_size) return 0;
   size = (size + 511) & ~uint64_t{511};
   for (auto it = d.va_free.begin(); it != d.va_free.end(); ++it) {
-    const uint64_t start = (it->first + alignment - 1) & ~(alignment - 1);
+    uint64_t start = 0;
+    if (!round_up(it->first, alignment, &start)) continue;
     const uint64_t end = it->first + it->second;
-    if (start + size > end) continue;
+    if (start > end || size > end - start) continue;
     const uint64_t free_base = it->first;
     d.va_free.erase(it);
     if (start > free_base) d.va_free[free_base] = start - free_base;
@@ -334,8 +337,14 @@ CUresult fill_bytes(uint64_t dst, uint64_t element_size, uint64_t value, uint64_
                     uint64_t pitch, uint64_t width_elements, uint64_t height) {
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
-  const uint64_t row_bytes = width_elements * element_size;
-  const uint64_t span = height == 0 ? count * element_size : pitch * (height - 1) + row_bytes;
+  // The bytes the fill reaches; a span that does not fit in 64 bits reaches
+  // past every allocation.
+  uint64_t row_bytes = 0, span = 0;
+  if (!mul_size(width_elements, element_size, &row_bytes)) return CUDA_ERROR_INVALID_VALUE;
+  const bool fits = height == 0
+                        ? mul_size(count, element_size, &span)
+                        : mul_size(pitch, height - 1, &span) && add_size(span, row_bytes, &span);
+  if (!fits) return CUDA_ERROR_INVALID_VALUE;
   if (span == 0) return CUDA_SUCCESS;
   uint64_t base = 0;
   Region* r = find_region(dst, span, &base);
@@ -354,8 +363,7 @@ CUresult fill_bytes(uint64_t dst, uint64_t element_size, uint64_t value, uint64_
 }
 
 Function* as_function(CUfunction f) {
-  auto* fn = reinterpret_cast<Function*>(f);
-  return fn && fn->magic == kFunctionMagic ? fn : nullptr;
+  return handle_object<Function>(f, HandleKind::function);
 }
 
 uint64_t kernel_duration_ns(const Function* f, void** params, void** extra) {

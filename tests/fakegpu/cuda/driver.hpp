@@ -16,22 +16,16 @@
 #include "tests/fakegpu/core/config.hpp"
 #include "tests/fakegpu/core/engine.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
+#include "tests/fakegpu/cuda/handle_registry.hpp"
 
 #define FAKEGPU_API extern "C" __attribute__((visibility("default")))
 
 namespace fakegpu {
 
-inline constexpr uint32_t kContextMagic = 0xC0C7E1A1;
-inline constexpr uint32_t kStreamMagic = 0x57EA0001;
-inline constexpr uint32_t kEventMagic = 0xE7E70001;
-inline constexpr uint32_t kFunctionMagic = 0xF0F00001;
-inline constexpr uint32_t kModuleMagic = 0x0D0D0001;
-
 struct Graph;
 struct Context;
 
 struct Stream {
-  uint32_t magic = kStreamMagic;
   Context* ctx = nullptr;
   unsigned flags = 0;
   int priority = 0;
@@ -45,7 +39,6 @@ struct Stream {
 };
 
 struct Context {
-  uint32_t magic = kContextMagic;
   int32_t slot = -1;
   uint64_t generation = 0;
   int device = 0;
@@ -57,7 +50,6 @@ struct Context {
 };
 
 struct Event {
-  uint32_t magic = kEventMagic;
   Context* ctx = nullptr;
   int32_t slot = -1;
   unsigned flags = 0;
@@ -68,14 +60,12 @@ struct Event {
 
 struct Module;
 struct Function {
-  uint32_t magic = kFunctionMagic;
   std::string name;
   bool spin = false;  // runs for the ns in its first uint64_t parameter
   Module* module = nullptr;
 };
 
 struct Module {
-  uint32_t magic = kModuleMagic;
   std::string image;  // PTX text or binary, searched for function names
   bool ptx = false;
   bool library = false;
@@ -156,10 +146,14 @@ Context* current_context();
 void set_current(Context* ctx);
 std::vector<Context*>& context_stack();
 
-// Validates a context handle against the shared table.
-CUresult validate_context(Context* ctx);
+// The context behind a CUcontext argument; nullptr unless it is a live
+// context handle (destroyed ones are forgotten by the handle registry).
+Context* as_context(CUcontext ctx);
+// Whether `ctx` (e.g. a thread's current context) has not been destroyed.
+bool context_alive(const Context* ctx);
 // The context owning `stream` (its own, or the current one for the NULL,
-// legacy and per-thread handles). Writes the Stream object to *out.
+// legacy and per-thread handles). Writes the Stream object to *out;
+// CUDA_ERROR_INVALID_HANDLE for anything but a live stream or a built-in one.
 CUresult resolve_stream(CUstream stream, Stream** out);
 bool is_builtin_stream(CUstream stream);
 
@@ -191,6 +185,7 @@ CUresult copy_bytes(uint64_t dst, bool dst_device, uint64_t src, bool src_device
 CUresult fill_bytes(uint64_t dst, uint64_t element_size, uint64_t value, uint64_t count,
                     uint64_t pitch, uint64_t width_elements, uint64_t height);
 
+// The function behind a CUfunction (or CUkernel) argument; nullptr unless live.
 Function* as_function(CUfunction f);
 // Kernel duration from its parameters (spin kernels) or FAKEGPU_KERNEL_NS.
 uint64_t kernel_duration_ns(const Function* f, void** params, void** extra);

@@ -1,0 +1,51 @@
+#pragma once
+// Every handle fakegpu hands out (contexts, streams, events, modules, ...) is
+// registered here with its kind when it is made and forgotten when it is
+// destroyed. API entry points look a handle argument up before touching the
+// object behind it, so a garbage value, a freed handle or a handle of another
+// kind gets the driver's error instead of a dereference of a wild pointer.
+#include <cstdint>
+#include <type_traits>
+
+namespace fakegpu {
+
+enum class HandleKind : uint8_t {
+  context,
+  stream,
+  event,
+  module,
+  library,
+  function,  // also what cuLibraryGetKernel returns: a CUkernel is usable as a CUfunction
+  array,
+  mipmapped_array,
+  graph,
+  graph_exec,
+  graph_node,
+  memory_pool,
+  vmm_allocation,  // CUmemGenericAllocationHandle
+};
+
+// Records `object` as a live handle of `kind` (replacing whatever a freed
+// object at the same address was).
+void register_handle(const void* object, HandleKind kind);
+// Forgets `object` if it is a live handle of `kind`. Returns false, changing
+// nothing, if it is not: callers use it as the atomic "destroy once" step.
+bool unregister_handle(const void* object, HandleKind kind);
+// Whether `object` is a live handle of `kind`. Never dereferences it.
+bool is_handle(const void* object, HandleKind kind);
+
+// The object behind a handle value, or nullptr when the value is not a live
+// handle of `kind`. Works for pointer handles and for integer handles
+// (CUmemGenericAllocationHandle) alike.
+template <typename T, typename Handle>
+T* handle_object(Handle handle, HandleKind kind) {
+  const void* p;
+  if constexpr (std::is_pointer_v<Handle>) {
+    p = handle;
+  } else {
+    p = reinterpret_cast<const void*>(static_cast<uintptr_t>(handle));
+  }
+  return is_handle(p, kind) ? static_cast<T*>(const_cast<void*>(p)) : nullptr;
+}
+
+}  // namespace fakegpu

@@ -15,6 +15,9 @@ inline constexpr std::uint64_t kBootstrapPending = 2;
 // The first samples come from the first one or two kernels; a burst priced
 // at their average could queue far more than the horizon of longer ones.
 inline constexpr std::uint64_t kMaxWindow = 1u << 16;
+// How late the poller may see a batch complete, as far as the estimate is
+// concerned (a blocking-sync wake-up on a busy host).
+inline constexpr std::uint64_t kCompletionLagNs = 250'000;
 
 struct QueueSnapshot {
   std::uint64_t pending = 0;        // launches submitted and not known complete
@@ -37,13 +40,16 @@ struct QueueSnapshot {
   if (per == 0) return q.pending >= kBootstrapPending ? horizon_ns + 1 : 1;
   if (q.pending >= q.window) return horizon_ns + 1;
   const std::uint64_t done = now > q.since_ns ? now - q.since_ns : 0;
-  // The head has run for `done` and is not complete, so its launches take
-  // at least done / head each, whatever the average says. Without this an
-  // average learnt from short kernels would credit long ones as done and
-  // let the queue grow without bound behind them.
+  // The head has run for `done` and is not known complete, so its launches
+  // take at least (done - lag) / head each, whatever the average says.
+  // Without this an average learnt from short kernels would credit long ones
+  // as done and let the queue grow without bound behind them. The lag is
+  // how late a completion may be seen (the poller's wake-up): without it,
+  // tiny kernels whose completions are seen tens of microseconds late would
+  // read as long ones and hold a lone tenant's launches for nothing.
   const std::uint64_t head = std::clamp<std::uint64_t>(q.head, 1, q.pending);
-  if (done > head * per) [[unlikely]]
-    per = done / head + 1;
+  if (done > head * per + kCompletionLagNs) [[unlikely]]
+    per = (done - kCompletionLagNs) / head + 1;
   const std::uint64_t total = q.pending * per;
   // Never below one launch's worth while something is pending.
   return total > done + per ? total - done : per;

@@ -359,9 +359,21 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   const std::uint64_t launches = done.end_count > prev_end ? done.end_count - prev_end : 0;
   const std::uint64_t began = std::max(done.first_submit_ns, last_completion_ns_);
   if (launches > 0 && now > began) {
-    const std::uint64_t sample = (now - began) / launches;
+    // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
+    // kernels that take next to no GPU time (more launches than
+    // nanoseconds in a batch) must not look unmeasured for ever.
+    const std::uint64_t sample = std::max<std::uint64_t>((now - began) / launches, 1);
     const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
-    per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
+    // A batch of a few launches over a short span is mostly measurement
+    // error: the driver may hold a launch (a lock, a full queue) after the
+    // gate stamped it, and the poller wakes late. Such a batch may lower the
+    // estimate (too low is corrected as the head runs, see
+    // estimate_queued_ns) but not raise it, or a sample inflated by those
+    // delays makes the gate wait, the waits cut more such batches, and a
+    // lone tenant ends up throttled by its own estimate.
+    const bool significant = launches >= kRecordEvery / 8 || now - began >= kRecordIntervalNs;
+    if (old == 0 || significant || sample < old)
+      per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
   }
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);

@@ -190,7 +190,7 @@ def expect_rpc_error(fn, fragment):
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
         assert fragment in e.details(), "error %r does not name %r" % (e.details(), fragment)
-        return
+        return e.details()
     raise AssertionError("no error for " + fragment)
 
 
@@ -298,10 +298,11 @@ def scenario_xid(node):
 
 
 def scenario_packing(node, spread=False):
+    # Spanning fractions of GPUs is an opt-in; scenario_straddle has the default.
     if spread:
-        node.start("--packing", "spread")
+        node.start("--packing", "spread", "--gpu-spanning", "any")
     else:
-        node.start()
+        node.start("--gpu-spanning", "any")
     k = node.kubelet
     a, b = node.uuid_order()
     r1 = k.allocate(k.choose(60))
@@ -344,6 +345,36 @@ def scenario_packing(node, spread=False):
 
 def scenario_spread(node):
     scenario_packing(node, spread=True)
+
+
+def scenario_straddle(node):
+    """50 + 50 free and a request of 60: refused with a message naming both
+    GPUs, never 50 % of one GPU and 10 % of the other; fitting requests land
+    on one GPU, whatever the kubelet's own choice would be."""
+    node.start()
+    k = node.kubelet
+    a, b = node.uuid_order()
+    k.allocate([a + "::%d" % n for n in range(50)])
+    k.allocate([b + "::%d" % n for n in range(50)])
+    alloc = os.path.join(node.run_dir, "alloc")
+    before = sorted(os.listdir(alloc))
+    for _ in range(3):  # the kubelet fills the gap in the hint at random
+        ids = k.choose(60)
+        assert len(units_by_gpu(ids)) == 2, units_by_gpu(ids)
+        msg = expect_rpc_error(lambda: k.allocate(ids), "request of 60 units would span 2 GPUs")
+    assert a in msg and b in msg and "gpuSpanning" in msg, msg
+    assert sorted(os.listdir(alloc)) == before, "a refused Allocate wrote files"
+    # What fits goes onto one GPU through the hint.
+    for n in (40, 10):
+        ids = k.choose(n)
+        assert len(units_by_gpu(ids)) == 1, units_by_gpu(ids)
+        resp = k.allocate(ids)
+        assert resp.envs["CUSHARE_MEMORY_LIMIT"] == str(80 * GI * n // 100), resp.envs
+    # A kubelet without the hint that still picks units of two GPUs is refused.
+    k2 = kl.TestKubelet(node.plugin_dir)
+    k2.options, k2.stub, k2.snapshots = k.options, k.stub, k.snapshots
+    expect_rpc_error(lambda: k2.allocate([a + "::90", b + "::90"]), "would span 2 GPUs")
+    assert node.plugin.poll() is None
 
 
 def scenario_bad_ids(node):
@@ -462,6 +493,7 @@ SCENARIOS = {
     "packing": (scenario_packing, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132",
                                    "numa": [0, 0]}),
     "spread": (scenario_spread, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
+    "straddle": (scenario_straddle, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
     "bad_ids": (scenario_bad_ids, {}),
     "bad_config": (scenario_bad_config, {}),
     "idempotent": (scenario_idempotent, {}),

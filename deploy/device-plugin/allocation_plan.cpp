@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "deploy/device-plugin/device_id.hpp"
+#include "deploy/device-plugin/gpu_spanning.hpp"
 
 namespace cushare::plugin {
 namespace {
@@ -86,6 +87,9 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
     }
     ++units_by_gpu[static_cast<std::size_t>(gpu - inventory.gpus.data())];
   }
+  std::map<std::string, unsigned> units_by_uuid;
+  for (const auto& [pos, units] : units_by_gpu) units_by_uuid[inventory.gpus[pos].uuid] = units;
+  CheckGpuSpanning(units_by_uuid, config.units_per_gpu, config.gpu_spanning);
   if (units_by_gpu.size() > shm::kMaxGpus) {
     throw AllocationError(fmt::format("an allocation may span at most {} GPUs", shm::kMaxGpus));
   }

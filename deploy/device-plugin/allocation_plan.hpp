@@ -72,7 +72,8 @@ std::string HostAllocationDir(const PluginConfig& config, const std::string& all
 std::string PreloadHostPath(const PluginConfig& config);
 
 // Throws AllocationError (naming the offending ID) for an empty request, a
-// malformed, duplicated or unknown ID, or a unit out of range.
+// malformed, duplicated or unknown ID, a unit out of range, or units of
+// several GPUs that config.gpu_spanning does not allow.
 AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::string> device_ids,
                               const PluginConfig& config);
 

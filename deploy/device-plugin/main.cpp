@@ -32,8 +32,8 @@ namespace fs = std::filesystem;
 
 // Command-line overrides: each one, when given, replaces the config file's value.
 struct Overrides {
-  std::optional<std::string> resource_name, packing, compute_mode, device_specs, cdi_kind,
-      device_plugin_dir, socket_name, pod_resources_socket, run_dir, library_host_path,
+  std::optional<std::string> resource_name, packing, gpu_spanning, compute_mode, device_specs,
+      cdi_kind, device_plugin_dir, socket_name, pod_resources_socket, run_dir, library_host_path,
       library_container_path, container_run_dir, dev_root, sysfs_root, nvml_library, log_level;
   std::optional<unsigned> units_per_gpu;
   std::optional<double> memory_ratio, compute_ratio;
@@ -47,6 +47,7 @@ struct Overrides {
     app.add_option("--compute-ratio", compute_ratio, "compute limit = share x 100 x ratio (1.0)");
     app.add_option("--compute-mode", compute_mode, "burst | capped");
     app.add_option("--packing", packing, "best-fit | spread");
+    app.add_option("--gpu-spanning", gpu_spanning, "none | whole | any (none)");
     app.add_option("--device-specs", device_specs, "none | dev-nodes");
     app.add_option("--cdi-kind", cdi_kind, "emit CDI names <kind>=<uuid>, e.g. nvidia.com/gpu");
     app.add_option("--ld-so-preload", ld_so_preload, "mount a generated /etc/ld.so.preload");
@@ -81,6 +82,7 @@ struct Overrides {
     set(c.compute_ratio, compute_ratio);
     if (compute_mode) c.compute_mode = ParseComputeMode(*compute_mode);
     if (packing) c.packing = ParsePackingPolicy(*packing);
+    if (gpu_spanning) c.gpu_spanning = ParseGpuSpanning(*gpu_spanning);
     if (device_specs) c.device_specs = ParseDeviceSpecStrategy(*device_specs);
     set(c.cdi_kind, cdi_kind);
     set(c.ld_so_preload, ld_so_preload);
@@ -147,9 +149,11 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   if (check_config) {
-    fmt::print("configuration OK: resource {} with {} units per GPU, packing {}, mode {}\n",
-               config.resource_name, config.units_per_gpu, ToString(config.packing),
-               ToString(config.compute_mode));
+    fmt::print(
+        "configuration OK: resource {} with {} units per GPU, packing {}, GPU spanning {}, mode "
+        "{}\n",
+        config.resource_name, config.units_per_gpu, ToString(config.packing),
+        ToString(config.gpu_spanning), ToString(config.compute_mode));
     return 0;
   }
 

@@ -79,6 +79,8 @@ const std::map<std::string, Setter>& Setters() {
       {"computeMode",
        [](auto& c, auto& v, auto& k) { c.compute_mode = GetEnum(v, k, ParseComputeMode); }},
       {"packing", [](auto& c, auto& v, auto& k) { c.packing = GetEnum(v, k, ParsePackingPolicy); }},
+      {"gpuSpanning",
+       [](auto& c, auto& v, auto& k) { c.gpu_spanning = GetEnum(v, k, ParseGpuSpanning); }},
       {"deviceSpecs",
        [](auto& c, auto& v, auto& k) { c.device_specs = GetEnum(v, k, ParseDeviceSpecStrategy); }},
       {"cdiKind", [](auto& c, auto& v, auto& k) { c.cdi_kind = Get<std::string>(v, k); }},
@@ -141,6 +143,14 @@ DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text) {
       fmt::format("unknown device-spec strategy '{}' (expected none or dev-nodes)", text));
 }
 
+GpuSpanning ParseGpuSpanning(std::string_view text) {
+  if (text == "none") return GpuSpanning::kNone;
+  if (text == "whole") return GpuSpanning::kWhole;
+  if (text == "any") return GpuSpanning::kAny;
+  throw ConfigError(
+      fmt::format("unknown GPU spanning rule '{}' (expected none, whole or any)", text));
+}
+
 shm::ComputeMode ParseComputeMode(std::string_view text) {
   if (text == "burst") return shm::ComputeMode::kBurst;
   if (text == "capped") return shm::ComputeMode::kCapped;
@@ -152,6 +162,17 @@ std::string_view ToString(PackingPolicy p) {
 }
 std::string_view ToString(DeviceSpecStrategy s) {
   return s == DeviceSpecStrategy::kDevNodes ? "dev-nodes" : "none";
+}
+std::string_view ToString(GpuSpanning s) {
+  switch (s) {
+    case GpuSpanning::kNone:
+      return "none";
+    case GpuSpanning::kWhole:
+      return "whole";
+    case GpuSpanning::kAny:
+      break;
+  }
+  return "any";
 }
 std::string_view ToString(shm::ComputeMode m) {
   return m == shm::ComputeMode::kCapped ? "capped" : "burst";

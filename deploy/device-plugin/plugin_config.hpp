@@ -16,6 +16,11 @@ namespace cushare::plugin {
 
 enum class PackingPolicy { kBestFit, kSpread };
 enum class DeviceSpecStrategy { kNone, kDevNodes };
+// Whether one container's allocation may take units of several GPUs.
+// kNone: never (a request must fit on one GPU); kWhole: only whole GPUs
+// (a request of k * unitsPerGpu takes k whole GPUs, anything else one GPU);
+// kAny: fractions of several GPUs, each with its own quota.
+enum class GpuSpanning { kNone, kWhole, kAny };
 
 struct PluginConfig {
   std::string resource_name = "cushare.io/vgpu";
@@ -27,6 +32,7 @@ struct PluginConfig {
   double compute_ratio = 1.0;
   shm::ComputeMode compute_mode = shm::ComputeMode::kBurst;
   PackingPolicy packing = PackingPolicy::kBestFit;
+  GpuSpanning gpu_spanning = GpuSpanning::kNone;
   DeviceSpecStrategy device_specs = DeviceSpecStrategy::kNone;
   std::string cdi_kind;  // e.g. "nvidia.com/gpu": emit "<kind>=<uuid>" CDI names; "" = none
   bool ld_so_preload = true;
@@ -72,9 +78,11 @@ void ValidateConfig(const PluginConfig& config);
 
 PackingPolicy ParsePackingPolicy(std::string_view text);
 DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text);
+GpuSpanning ParseGpuSpanning(std::string_view text);
 shm::ComputeMode ParseComputeMode(std::string_view text);
 std::string_view ToString(PackingPolicy p);
 std::string_view ToString(DeviceSpecStrategy s);
+std::string_view ToString(GpuSpanning s);
 std::string_view ToString(shm::ComputeMode m);
 
 }  // namespace cushare::plugin

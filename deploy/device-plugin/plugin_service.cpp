@@ -106,9 +106,9 @@ grpc::Status PluginService::GetPreferredAllocation(grpc::ServerContext*,
     }
     const auto available = ToVector(creq.available_deviceids());
     const auto must = ToVector(creq.must_include_deviceids());
-    const auto chosen = PreferAllocation(inventory_, available, must,
-                                         static_cast<std::size_t>(creq.allocation_size()),
-                                         config_.packing, config_.units_per_gpu);
+    const auto chosen = PreferAllocation(
+        inventory_, available, must, static_cast<std::size_t>(creq.allocation_size()),
+        config_.packing, config_.gpu_spanning, config_.units_per_gpu);
     auto* out = resp->add_container_responses();
     for (const auto& id : chosen) out->add_deviceids(id);
   }

@@ -21,7 +21,7 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
                                           std::span<const std::string> available,
                                           std::span<const std::string> must_include,
                                           std::size_t size, PackingPolicy policy,
-                                          unsigned units_per_gpu) {
+                                          GpuSpanning spanning, unsigned units_per_gpu) {
   std::vector<std::string> chosen;
   std::set<std::string> taken;
   std::set<std::size_t> must_gpus;
@@ -80,6 +80,7 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
     if (auto it = by_gpu.find(pos); it != by_gpu.end()) take(it->second, need());
   }
   if (need() == 0) return chosen;
+  if (spanning == GpuSpanning::kNone && !must_gpus.empty()) return chosen;
 
   // 2. Fits on one GPU: best fit or spread.
   Candidate* single = nullptr;
@@ -96,6 +97,9 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
     take(*single, need());
     return chosen;
   }
+
+  if (spanning == GpuSpanning::kNone) return chosen;
+  if (spanning == GpuSpanning::kWhole && need() % units_per_gpu != 0) return chosen;
 
   // 3. Larger than any one GPU: whole free GPUs, on the NUMA node with the most.
   std::map<int, std::vector<Candidate*>> whole_by_numa;
@@ -124,7 +128,7 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
     }
   }
   // 4. The remainder: best fit, same NUMA node first; then the largest holes.
-  while (need() > 0) {
+  while (spanning == GpuSpanning::kAny && need() > 0) {
     Candidate* pick = nullptr;
     auto better = [&](const Candidate& a, const Candidate* b) {
       if (b == nullptr) return true;

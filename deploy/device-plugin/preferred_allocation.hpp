@@ -4,10 +4,15 @@
 // - A request that fits on one GPU goes onto one GPU: best fit (the GPU with
 //   the fewest free units that still fits, so large holes stay free) or, with
 //   the spread policy, the GPU with the most free units.
-// - A larger request takes whole free GPUs first, all on one NUMA node when
-//   possible, then the remainder by best fit, preferring that NUMA node.
+// - A request that fits on no single GPU follows the gpuSpanning rule: with
+//   `none` nothing more is proposed; with `whole` a multiple of a GPU's units
+//   takes whole free GPUs (one NUMA node when possible) and anything else
+//   nothing more; with `any` whole free GPUs first, then the remainder by
+//   best fit, preferring that NUMA node. Allocate refuses what the rule does
+//   not allow, so a hint that cannot be met there is not worth giving.
 // - IDs in must_include are always kept, and the rest is taken from their GPUs
-//   first. Unknown or malformed IDs are ignored (the kubelet decides anyway).
+//   first (with `none`, only from their GPU). Unknown or malformed IDs are ignored (the kubelet
+//   decides anyway).
 #pragma once
 
 #include <span>
@@ -23,6 +28,6 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
                                           std::span<const std::string> available,
                                           std::span<const std::string> must_include,
                                           std::size_t size, PackingPolicy policy,
-                                          unsigned units_per_gpu);
+                                          GpuSpanning spanning, unsigned units_per_gpu);
 
 }  // namespace cushare::plugin

@@ -68,6 +68,7 @@ TEST(AllocationPlan, NoPreloadWhenDisabled) {
 
 TEST(AllocationPlan, IdsSpanningGpusGivePerGpuQuotas) {
   PluginConfig config;
+  config.gpu_spanning = GpuSpanning::kAny;
   auto ids = Ids(kUuidB, 90, 10);  // B listed first: the plan still follows host order
   const auto more = Ids(kUuidA, 0, 50);
   ids.insert(ids.end(), more.begin(), more.end());
@@ -141,8 +142,8 @@ TEST(AllocationPlan, AllocationIdIsStableAndOrderIndependent) {
   EXPECT_EQ(AllocationIdFor(std::vector<std::string>{"a"}), "aaf63dc4c8601ec8c");
 }
 
-void ExpectError(const std::vector<std::string>& ids, const std::string& fragment) {
-  PluginConfig config;
+void ExpectError(const std::vector<std::string>& ids, const std::string& fragment,
+                 PluginConfig config = {}) {
   try {
     PlanAllocation(TwoGpus(), ids, config);
     ADD_FAILURE() << "no error for " << fragment;
@@ -158,6 +159,32 @@ TEST(AllocationPlan, BadIdsAreErrorsNamingTheId) {
   ExpectError({kUuidA + "::100"}, "'" + kUuidA + "::100'");
   ExpectError({kUuidA + "::007"}, "'" + kUuidA + "::007'");
   ExpectError({kUuidA + "::3", kUuidA + "::3"}, "appears twice");
+}
+
+std::vector<std::string> Join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(AllocationPlan, UnitsOfSeveralGpusAreRefusedByDefault) {
+  // 60 units that fit on one GPU but came as 50 + 10.
+  ExpectError(Join(Ids(kUuidA, 0, 50), Ids(kUuidB, 0, 10)),
+              "request of 60 units would span 2 GPUs (" + kUuidA + " x50, " + kUuidB +
+                  " x10): 60 units fit on one GPU (100 units each), but no GPU had 60 free "
+                  "units; gpuSpanning is 'none'");
+  ExpectError(Join(Ids(kUuidA, 0, 100), Ids(kUuidB, 0, 100)),
+              "200 units are more than one GPU holds (100 units each)");
+}
+
+TEST(AllocationPlan, WholeSpanningAllowsWholeGpusOnly) {
+  PluginConfig config;
+  config.gpu_spanning = GpuSpanning::kWhole;
+  const auto plan =
+      PlanAllocation(TwoGpus(), Join(Ids(kUuidA, 0, 100), Ids(kUuidB, 0, 100)), config);
+  EXPECT_EQ(plan.gpus.size(), 2u);
+  ExpectError(Join(Ids(kUuidA, 0, 100), Ids(kUuidB, 0, 50)),
+              "gpuSpanning is 'whole': only whole GPUs (100 units each) may be combined", config);
+  ExpectError(Join(Ids(kUuidA, 0, 30), Ids(kUuidB, 0, 30)), "set gpuSpanning to 'any'", config);
 }
 
 }  // namespace

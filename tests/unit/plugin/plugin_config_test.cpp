@@ -20,13 +20,14 @@ TEST(PluginConfig, DefaultsAreValid) {
   EXPECT_EQ(c.resource_name, "cushare.io/vgpu");
   EXPECT_EQ(c.units_per_gpu, 100u);
   EXPECT_EQ(c.packing, PackingPolicy::kBestFit);
+  EXPECT_EQ(c.gpu_spanning, GpuSpanning::kNone);
   EXPECT_EQ(c.ignored_xids, (std::vector<unsigned long long>{13, 31, 43, 45, 68, 109}));
 }
 
 TEST(PluginConfig, ParsesEveryKindOfValue) {
   const auto c = ParseConfigJson(R"({
     "unitsPerGpu": 10, "memoryRatio": 0.9, "computeRatio": 1,
-    "computeMode": "capped", "packing": "spread", "deviceSpecs": "dev-nodes",
+    "computeMode": "capped", "packing": "spread", "gpuSpanning": "whole", "deviceSpecs": "dev-nodes",
     "cdiKind": "nvidia.com/gpu", "ldSoPreload": false, "runDir": "/run/x",
     "ignoredXids": [13, 48], "cleanupMinAgeSeconds": 5, "orphanAgeSeconds": 10,
     "logLevel": "debug"
@@ -36,6 +37,7 @@ TEST(PluginConfig, ParsesEveryKindOfValue) {
   EXPECT_DOUBLE_EQ(c.memory_ratio, 0.9);
   EXPECT_EQ(c.compute_mode, shm::ComputeMode::kCapped);
   EXPECT_EQ(c.packing, PackingPolicy::kSpread);
+  EXPECT_EQ(c.gpu_spanning, GpuSpanning::kWhole);
   EXPECT_EQ(c.device_specs, DeviceSpecStrategy::kDevNodes);
   EXPECT_EQ(c.cdi_kind, "nvidia.com/gpu");
   EXPECT_FALSE(c.ld_so_preload);
@@ -63,6 +65,8 @@ TEST(PluginConfig, BadConfigsNameTheProblem) {
   EXPECT_NE(ErrorOf(R"({"unitsPerGpu": 0})").find("unitsPerGpu must be between"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"packing": "tight"})").find("unknown packing policy 'tight'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"gpuSpanning": "some"})").find("config key 'gpuSpanning': unknown GPU"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"computeMode": "fast"})").find("'computeMode'"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"memoryRatio": 1.5})").find("memoryRatio"), std::string::npos);

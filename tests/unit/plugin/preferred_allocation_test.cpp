@@ -33,7 +33,8 @@ std::map<std::string, int> PerGpu(const std::vector<std::string>& ids) {
 TEST(PreferredAllocation, BestFitPicksTheFullestGpuThatFits) {
   // A has 60 free, B has 30 free: a request of 25 goes to B.
   const auto available = Concat({Units(kUuidA, 40, 60), Units(kUuidB, 70, 30)});
-  const auto got = PreferAllocation(TwoGpus(), available, {}, 25, PackingPolicy::kBestFit, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 25, PackingPolicy::kBestFit,
+                                    GpuSpanning::kAny, 100);
   ASSERT_EQ(got.size(), 25u);
   EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidB, 25}}));
   EXPECT_EQ(got.front(), FormatDeviceId(kUuidB, 70));  // lowest units first
@@ -41,20 +42,23 @@ TEST(PreferredAllocation, BestFitPicksTheFullestGpuThatFits) {
 
 TEST(PreferredAllocation, SpreadPicksTheEmptiestGpu) {
   const auto available = Concat({Units(kUuidA, 40, 60), Units(kUuidB, 70, 30)});
-  const auto got = PreferAllocation(TwoGpus(), available, {}, 25, PackingPolicy::kSpread, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 25, PackingPolicy::kSpread,
+                                    GpuSpanning::kAny, 100);
   EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidA, 25}}));
 }
 
 TEST(PreferredAllocation, BestFitSkipsGpusTooSmall) {
   const auto available = Concat({Units(kUuidA, 40, 60), Units(kUuidB, 70, 30)});
-  const auto got = PreferAllocation(TwoGpus(), available, {}, 45, PackingPolicy::kBestFit, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 45, PackingPolicy::kBestFit,
+                                    GpuSpanning::kAny, 100);
   EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidA, 45}}));
 }
 
 TEST(PreferredAllocation, MustIncludeIsKeptAndItsGpuContinued) {
   const auto available = Concat({Units(kUuidA, 0, 100), Units(kUuidB, 0, 100)});
   const std::vector<std::string> must = {FormatDeviceId(kUuidA, 5)};
-  const auto got = PreferAllocation(TwoGpus(), available, must, 10, PackingPolicy::kSpread, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, must, 10, PackingPolicy::kSpread,
+                                    GpuSpanning::kAny, 100);
   ASSERT_EQ(got.size(), 10u);
   EXPECT_EQ(got.front(), must.front());
   EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidA, 10}}));
@@ -65,7 +69,8 @@ TEST(PreferredAllocation, LargerThanOneGpuTakesWholeGpusOnOneNumaNode) {
   const auto inv = FourGpusTwoNuma();
   const auto available = Concat(
       {Units(kUuidA, 0, 100), Units(kUuidB, 0, 100), Units(kUuidC, 50, 50), Units(kUuidD, 0, 100)});
-  const auto got = PreferAllocation(inv, available, {}, 230, PackingPolicy::kBestFit, 100);
+  const auto got =
+      PreferAllocation(inv, available, {}, 230, PackingPolicy::kBestFit, GpuSpanning::kAny, 100);
   ASSERT_EQ(got.size(), 230u);
   const auto n = PerGpu(got);
   EXPECT_EQ(n.at(kUuidA), 100);
@@ -82,7 +87,8 @@ TEST(PreferredAllocation, RemainderPrefersTheSameNumaNode) {
       {Units(kUuidA, 0, 100), Units(kUuidD, 0, 100), Units(kUuidB, 0, 100), Units(kUuidC, 60, 40)});
   // 100 + 40: one whole GPU from the NUMA node with most whole GPUs (0), then
   // 40 from NUMA 0's other whole GPU rather than C on node 1.
-  const auto got = PreferAllocation(inv, available, {}, 140, PackingPolicy::kBestFit, 100);
+  const auto got =
+      PreferAllocation(inv, available, {}, 140, PackingPolicy::kBestFit, GpuSpanning::kAny, 100);
   const auto n = PerGpu(got);
   EXPECT_EQ(n.at(kUuidA), 100);
   EXPECT_EQ(n.at(kUuidD), 40);
@@ -91,15 +97,61 @@ TEST(PreferredAllocation, RemainderPrefersTheSameNumaNode) {
 
 TEST(PreferredAllocation, NotEnoughReturnsWhatThereIs) {
   const auto available = Units(kUuidB, 0, 5);
-  const auto got = PreferAllocation(TwoGpus(), available, {}, 10, PackingPolicy::kBestFit, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 10, PackingPolicy::kBestFit,
+                                    GpuSpanning::kAny, 100);
   EXPECT_EQ(got.size(), 5u);
 }
 
 TEST(PreferredAllocation, IgnoresUnknownAndMalformedIds) {
   const std::vector<std::string> available = {"junk", "GPU-zzz::1", FormatDeviceId(kUuidA, 1),
                                               FormatDeviceId(kUuidA, 200)};
-  const auto got = PreferAllocation(TwoGpus(), available, {}, 1, PackingPolicy::kBestFit, 100);
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 1, PackingPolicy::kBestFit,
+                                    GpuSpanning::kAny, 100);
   EXPECT_EQ(got, std::vector<std::string>{FormatDeviceId(kUuidA, 1)});
+}
+
+TEST(PreferredAllocation, WithoutSpanningARequestNoGpuHoldsIsNotSplit) {
+  // 50 + 50 free, a request of 60: no hint that would straddle (50 + 10).
+  const auto available = Concat({Units(kUuidA, 50, 50), Units(kUuidB, 50, 50)});
+  for (const auto rule : {GpuSpanning::kNone, GpuSpanning::kWhole}) {
+    const auto got =
+        PreferAllocation(TwoGpus(), available, {}, 60, PackingPolicy::kBestFit, rule, 100);
+    EXPECT_TRUE(got.empty()) << ToString(rule) << ": " << got.size() << " IDs proposed";
+  }
+  const auto any = PreferAllocation(TwoGpus(), available, {}, 60, PackingPolicy::kBestFit,
+                                    GpuSpanning::kAny, 100);
+  EXPECT_EQ(any.size(), 60u);
+}
+
+TEST(PreferredAllocation, WithoutSpanningAFittingRequestStaysOnOneGpu) {
+  const auto available = Concat({Units(kUuidA, 50, 50), Units(kUuidB, 30, 70)});
+  const auto got = PreferAllocation(TwoGpus(), available, {}, 60, PackingPolicy::kBestFit,
+                                    GpuSpanning::kNone, 100);
+  EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidB, 60}}));
+}
+
+TEST(PreferredAllocation, WithoutSpanningMustIncludeIsNotTopedUpFromAnotherGpu) {
+  // The kubelet reuses 10 units of A (an init container's) and A has 5 more.
+  const auto available = Concat({Units(kUuidA, 0, 15), Units(kUuidB, 0, 100)});
+  const auto must = Units(kUuidA, 0, 10);
+  const auto got = PreferAllocation(TwoGpus(), available, must, 30, PackingPolicy::kBestFit,
+                                    GpuSpanning::kNone, 100);
+  EXPECT_EQ(PerGpu(got), (std::map<std::string, int>{{kUuidA, 15}}));
+}
+
+TEST(PreferredAllocation, WholeSpanningTakesWholeGpusOnly) {
+  const auto inv = FourGpusTwoNuma();
+  const auto available = Concat(
+      {Units(kUuidA, 0, 100), Units(kUuidB, 0, 100), Units(kUuidC, 50, 50), Units(kUuidD, 0, 100)});
+  const auto two =
+      PreferAllocation(inv, available, {}, 200, PackingPolicy::kBestFit, GpuSpanning::kWhole, 100);
+  EXPECT_EQ(PerGpu(two), (std::map<std::string, int>{{kUuidA, 100}, {kUuidD, 100}}));
+  const auto odd =
+      PreferAllocation(inv, available, {}, 230, PackingPolicy::kBestFit, GpuSpanning::kWhole, 100);
+  EXPECT_TRUE(odd.empty());
+  const auto none =
+      PreferAllocation(inv, available, {}, 200, PackingPolicy::kBestFit, GpuSpanning::kNone, 100);
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace

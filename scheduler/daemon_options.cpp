@@ -86,13 +86,8 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
 
 std::pair<std::string, int> split_host_port(const std::string& addr) {
   const auto colon = addr.rfind(':');
-  // No empty host standing for "every address": listening on every
-  // interface must be asked for by name (0.0.0.0 or [::]).
-  if (colon == 0)
-    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr +
-                             "' (for every address write 0.0.0.0" + addr + " or [::]" + addr + ")");
   if (colon == std::string::npos || colon + 1 == addr.size()) {
-    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr + "'");
+    throw std::runtime_error("metrics address must be HOST:PORT or :PORT, got '" + addr + "'");
   }
   std::string host = addr.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
@@ -103,7 +98,7 @@ std::pair<std::string, int> split_host_port(const std::string& addr) {
     port = std::stoi(addr.substr(colon + 1), &used);
     if (used != addr.size() - colon - 1) throw std::invalid_argument("trailing");
   } catch (const std::exception&) {
-    throw std::runtime_error("metrics address must be HOST:PORT, got '" + addr + "'");
+    throw std::runtime_error("metrics address must be HOST:PORT or :PORT, got '" + addr + "'");
   }
   if (port < 0 || port > 65535)
     throw std::runtime_error("metrics port out of range in '" + addr + "'");
@@ -123,10 +118,11 @@ std::optional<DaemonOptions> parse_daemon_options(int argc, char** argv, int& ex
                  "Folder holding alloc/<id>/{limits,usage} (required here or as run_dir in "
                  "--config)");
   app.add_option("--quantum-ms", quantum_ms, "Lease quantum in milliseconds (default 10)");
-  app.add_option("--metrics-addr", metrics_addr, "Serve Prometheus metrics on HOST:PORT");
+  app.add_option("--metrics-addr", metrics_addr,
+                 "Serve Prometheus metrics on HOST:PORT (:PORT: every interface)");
   app.add_option("--config", config_file, "JSON config file (flags override it)");
   app.add_flag("--check-config", opts.check_config,
-               "validate the configuration and flags, print them and exit");
+               "validate the configuration and flags, print a one-line summary and exit");
   app.add_option("--log-level", log_level,
                  "trace, debug, info (default), warn, error, critical, off");
   std::string over_quota;

@@ -12,6 +12,7 @@
 #include "scheduler/daemon_options.hpp"
 #include "scheduler/metrics.hpp"
 #include "scheduler/metrics_server.hpp"
+#include "scheduler/run_dir_lock.hpp"
 #include "shm/mapping_guard.hpp"
 #ifdef CUSHARE_HAVE_CONTROL
 #include "scheduler/control_handler.hpp"
@@ -53,8 +54,12 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // Before anything touches the regions: a second daemon must not write one
+  // heartbeat or lease.
+  std::unique_ptr<RunDirLock> run_dir_lock;
   std::unique_ptr<Daemon> daemon;
   try {
+    run_dir_lock = std::make_unique<RunDirLock>(opts->daemon.run_dir);
     daemon = std::make_unique<Daemon>(opts->daemon);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -40,37 +40,54 @@ std::string format_address(const sockaddr_storage& addr) {
 // TIME_WAIT; on Linux it still refuses a second listener on the port.
 // SO_REUSEPORT is never set: it would let a second daemon share the port and
 // split the scrapes between the two.
+bool bind_and_listen(int fd, const addrinfo& ai, bool dual_stack) {
+  const int yes = 1;
+  const int no = 0;
+  return ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes)) == 0 &&
+         (!dual_stack || ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no)) == 0) &&
+         ::bind(fd, ai.ai_addr, ai.ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0;
+}
+
+// An empty host is every interface: one IPv6 socket that also takes IPv4
+// (what ":PORT" means to Go servers such as dcgm-exporter), or 0.0.0.0 where
+// the kernel has no IPv6.
 int listen_on(const std::string& host, int port, std::string& bound) {
+  const bool any = host.empty();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string where = host + ":" + std::to_string(port);
-  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (const int rc =
+          ::getaddrinfo(any ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &found);
       rc != 0)
     throw std::runtime_error("cannot resolve metrics address " + where + ": " + ::gai_strerror(rc));
   int err = EADDRNOTAVAIL;
-  int fd = -1;
-  for (const addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    const int yes = 1;
-    if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes)) != 0 ||
-        ::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+  auto first_of = [&](int family) {
+    for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      if (family != AF_UNSPEC && ai->ai_family != family) continue;
+      const int fd =
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) {
+        err = errno;
+        continue;
+      }
+      if (bind_and_listen(fd, *ai, any && ai->ai_family == AF_INET6)) return fd;
       err = errno;
       ::close(fd);
-      fd = -1;
     }
-  }
+    return -1;
+  };
+  // For every interface the IPv6 wildcard first, whatever order the resolver
+  // gave; IPv4 only when IPv6 failed for another reason than a port in use
+  // (which is in use on IPv4 as well, and is the error to report).
+  int fd = first_of(any ? AF_INET6 : AF_UNSPEC);
+  if (fd < 0 && any && err != EADDRINUSE) fd = first_of(AF_INET);
   ::freeaddrinfo(found);
   if (fd < 0) {
     std::string message = "cannot listen on " + where + " for metrics: " + std::strerror(err);
-    if (err == EADDRINUSE)
-      message += " (another cushared, or another exporter such as dcgm-exporter, has the port)";
+    if (err == EADDRINUSE) message += " (another cushared, or another exporter, has the port)";
     throw std::runtime_error(message);
   }
   sockaddr_storage addr{};

@@ -2,6 +2,7 @@
 //
 //   RUN/                    the node's (root, 0755): the daemon's socket, the preload file
 //   RUN/cushared.sock       the daemon's control socket
+//   RUN/cushared.lock       flock-held by the running daemon: one cushared per run dir
 //   RUN/ld.so.preload       names the library's path inside containers; mounted read-only
 //                           at /etc/ld.so.preload (never inside an allocation's folder,
 //                           which its containers can write)
@@ -17,6 +18,7 @@ namespace cushare::shm {
 
 inline constexpr char kDefaultNodeRunDir[] = "/var/run/cushare";
 inline constexpr char kSocketName[] = "cushared.sock";
+inline constexpr char kDaemonLockName[] = "cushared.lock";
 inline constexpr char kPreloadName[] = "ld.so.preload";
 inline constexpr char kAllocDirName[] = "alloc";
 inline constexpr char kLimitsName[] = "limits";

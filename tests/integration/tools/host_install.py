@@ -92,7 +92,7 @@ def main():
         config = dest + daemon_args[daemon_args.index("--config") + 1]
         with open(config) as f:
             settings = json.load(f)
-        check(settings.get("metrics_addr") == "127.0.0.1:9400", f"cushared.json: {settings}")
+        check(settings.get("metrics_addr") == "127.0.0.1:9410", f"cushared.json: {settings}")
         check("--metrics-addr" not in daemon_args, "a --metrics-addr flag in the unit would override the config")
         plugin_config = json.load(open(os.path.join(dest, "etc/cushare/plugin.json")))
         check(plugin_config["libraryHostPath"] == f"{prefix}/lib/cushare/libcushare.so",
@@ -104,7 +104,7 @@ def main():
             staged = {"/var/run/cushare": os.path.join(tmp, "run"), config[len(dest):]: config}
             args = [staged.get(a, a) for a in daemon_args]
             p = subprocess.run([ARGS.daemon, *args, "--check-config"], capture_output=True, text=True, timeout=10)
-            check(p.returncode == 0 and "metrics 127.0.0.1:9400" in p.stdout,
+            check(p.returncode == 0 and "metrics 127.0.0.1:9410" in p.stdout,
                   f"cushared refuses the installed config: {p.stdout} {p.stderr}")
         if ARGS.plugin:
             p = subprocess.run([ARGS.plugin, "--config", os.path.join(dest, "etc/cushare/plugin.json"),

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "shim/pointer_table.hpp"
+#include "shim/accounting/pointer_table.hpp"
 #include "shm/layout.hpp"
 #include "shm/quota_ledger.hpp"
 

@@ -691,7 +691,7 @@ def case_visible_devices(h):
 # Memory the driver keeps after the call that looks like its end: each
 # attack runs under a 1Gi quota on an 80Gi device, so only the shim stops it.
 QUOTA_1G = {"CUSHARE_MEMORY_LIMIT": "1Gi"}
-MAX_POOLS = 256  # shim/pool_table.hpp
+MAX_POOLS = 256  # shim/accounting/pool_table.hpp
 
 
 def check_peak(h, peak, what):

@@ -1,5 +1,5 @@
-// The launch gate's queue estimate (shim/launch_gate_estimate.hpp).
-#include "shim/launch_gate_estimate.hpp"
+// The launch gate's queue estimate (shim/gate/estimate.hpp).
+#include "shim/gate/estimate.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Finding a managed allocation in the mount table (pure parsing).
-#include "shim/managed_allocation.hpp"
+#include "shim/accounting/managed_allocation.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "shim/pointer_table.hpp"
+#include "shim/accounting/pointer_table.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The generated cuGetProcAddress table: exact ABI per (name, version, flags).
-#include "shim/proc_table.hpp"
+#include "shim/interpose/proc_table.hpp"
 
 #include <cuda.h>
 #include <gtest/gtest.h>

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "shim/capture_tracker.hpp"
-#include "shim/device_uuid.hpp"
-#include "shim/duty_cycle_plan.hpp"
-#include "shim/memory_view.hpp"
-#include "shim/shim_env.hpp"
+#include "shim/accounting/capture_tracker.hpp"
+#include "shim/accounting/memory_view.hpp"
+#include "shim/devices/device_uuid.hpp"
+#include "shim/gate/duty_cycle_plan.hpp"
+#include "shim/process/shim_env.hpp"
 
 namespace cushare::shim {
 namespace {

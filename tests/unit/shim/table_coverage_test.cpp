@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "shim/proc_table.hpp"
+#include "shim/interpose/proc_table.hpp"
 
 #ifndef CUSHARE_TYPEDEFS_H
 #error "CUSHARE_TYPEDEFS_H must name cudaTypedefs.h"

@@ -1,6 +1,6 @@
 // The launch gate's counter clock: calibration against the clock, anchors,
 // and giving up on counters that do not track it.
-#include "shim/tsc_clock.hpp"
+#include "shim/gate/tsc_clock.hpp"
 
 #include <gtest/gtest.h>
 

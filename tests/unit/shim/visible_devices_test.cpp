@@ -1,5 +1,5 @@
 // CUDA_VISIBLE_DEVICES applied to NVML's physical list (shim/visible_devices).
-#include "shim/visible_devices.hpp"
+#include "shim/devices/visible_devices.hpp"
 
 #include <gtest/gtest.h>
 

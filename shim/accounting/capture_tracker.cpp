@@ -1,0 +1,75 @@
+#include "shim/accounting/capture_tracker.hpp"
+
+#include <atomic>
+#include <cstdint>
+
+namespace cushare::shim {
+namespace {
+
+constexpr unsigned kMaxCaptures = 256;
+constinit std::atomic<std::uintptr_t> g_capturing[kMaxCaptures] = {};
+constinit std::atomic<std::uint64_t> g_captured_bytes[kMaxCaptures] = {};
+constinit std::atomic<unsigned> g_active{0};
+// A capture the table had no room for: treat every stream as capturing
+// (safe: the gate then skips event injection) until it ends.
+constinit std::atomic<unsigned> g_overflow{0};
+
+std::uintptr_t key_of(CUstream s) {
+  // The legacy default stream cannot be captured; 0 marks free entries.
+  return reinterpret_cast<std::uintptr_t>(s);
+}
+
+}  // namespace
+
+bool stream_is_capturing(CUstream stream) noexcept {
+  if (g_active.load(std::memory_order_acquire) == 0) [[likely]]
+    return false;
+  if (g_overflow.load(std::memory_order_relaxed)) return true;
+  const auto key = key_of(stream);
+  for (const auto& e : g_capturing)
+    if (e.load(std::memory_order_relaxed) == key) return true;
+  return false;
+}
+
+void capture_began(CUstream stream) noexcept {
+  const auto key = key_of(stream);
+  if (!key) return;
+  g_active.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& e : g_capturing) {
+    std::uintptr_t expected = 0;
+    if (e.compare_exchange_strong(expected, key, std::memory_order_acq_rel)) return;
+  }
+  g_overflow.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept {
+  const auto key = key_of(stream);
+  for (unsigned i = 0; key && i < kMaxCaptures; ++i) {
+    if (g_capturing[i].load(std::memory_order_acquire) == key) {
+      g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+std::uint64_t capture_ended(CUstream stream) noexcept {
+  const auto key = key_of(stream);
+  if (!key) return 0;
+  for (unsigned i = 0; i < kMaxCaptures; ++i) {
+    std::uintptr_t expected = key;
+    if (g_capturing[i].load(std::memory_order_acquire) != key) continue;
+    const std::uint64_t bytes = g_captured_bytes[i].exchange(0, std::memory_order_acq_rel);
+    if (g_capturing[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+      g_active.fetch_sub(1, std::memory_order_acq_rel);
+      return bytes;
+    }
+  }
+  // Began while the table was full (or was never seen: ignore).
+  unsigned o = g_overflow.load(std::memory_order_relaxed);
+  while (o && !g_overflow.compare_exchange_weak(o, o - 1, std::memory_order_acq_rel)) {
+  }
+  if (o) g_active.fetch_sub(1, std::memory_order_acq_rel);
+  return 0;
+}
+
+}  // namespace cushare::shim

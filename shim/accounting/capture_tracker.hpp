@@ -1,0 +1,23 @@
+// Which streams are being captured into a graph (cuStreamBeginCapture* ..
+// cuStreamEndCapture hooks), so that the launch gate and the accounting never
+// record events on, synchronise, or charge work queued into a capture.
+// Lock-free: a fixed set of atomic words; the common case (no capture in
+// progress anywhere in the process) is one relaxed load.
+#pragma once
+
+#include <cstdint>
+
+#include "shim/driver/cuda_api.hpp"
+
+namespace cushare::shim {
+
+bool stream_is_capturing(CUstream stream) noexcept;
+
+void capture_began(CUstream stream) noexcept;
+// Ends the capture; returns the bytes of stream-ordered allocations captured
+// on it (they become graph memory of the captured graph).
+std::uint64_t capture_ended(CUstream stream) noexcept;
+// A cuMemAlloc(FromPool)Async of `bytes` was captured on `stream`.
+void capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept;
+
+}  // namespace cushare::shim

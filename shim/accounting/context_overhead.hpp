@@ -1,0 +1,89 @@
+// Context overhead: a CUDA context holds device memory (code, stacks, heap)
+// that no allocation hook sees. Standalone, the shim estimates each
+// context's cost from NVML samples taken around its creation and charges it
+// to the process slot's overhead; destroying the context returns it. With
+// the daemon running, its NVML per-process measurement replaces the estimate
+// (QuotaLedger::set_overhead).
+//
+// The estimate prefers this process's own NVML usage (usedGpuMemory of our
+// PID: other processes allocating meanwhile do not pollute it); inside a PID
+// namespace NVML lists host PIDs, so it falls back to the drop in device free
+// memory, which concurrent allocations elsewhere can inflate.
+#pragma once
+
+#include <cstdint>
+
+#include "shim/process/allocation_state.hpp"
+
+namespace cushare::shim {
+
+struct MemorySample {
+  bool process_known = false;  // NVML listed this PID on the device
+  std::uint64_t process_used = 0;
+  bool device_known = false;
+  std::uint64_t device_free = 0;
+  bool nvml = false;  // NVML answered at all
+};
+
+// NVML figures of device `ordinal` now.
+MemorySample sample_memory(CUdevice ordinal) noexcept;
+
+// Pure: the overhead a context created between `before` and `after` cost;
+// false when it cannot be told.
+bool estimate_overhead(const MemorySample& before, const MemorySample& after,
+                       std::uint64_t& overhead) noexcept;
+
+// What a context creation on `ordinal` reserves before the driver call: the
+// overhead the last context measured on that GPU took (any process of the
+// allocation) plus kLearnedMargin, else the default for the device's
+// architecture (default_context_overhead).
+std::uint64_t expected_context_overhead(const AllocationState& st, CUdevice ordinal) noexcept;
+
+// Pure: the reservation for a context of a device of compute capability
+// `major` that nothing was measured on yet. Conservative: above what a
+// context takes with lazy module loading (CUDA 12.2 and later), so a first
+// context never takes more than it reserved.
+std::uint64_t default_context_overhead(int cc_major) noexcept;
+inline constexpr std::uint64_t kLearnedMargin = 16ull << 20;
+
+// A reservation for one context creation: taken before the driver call
+// (false, with one log line, when it does not fit: the caller returns
+// CUDA_ERROR_OUT_OF_MEMORY and does not create), then either settled on what
+// the context took (context_created) or given back (the creation failed).
+class ContextReservation {
+ public:
+  ContextReservation(const AllocationState& st, CUdevice ordinal) noexcept;
+  ContextReservation(const ContextReservation&) = delete;
+  ContextReservation& operator=(const ContextReservation&) = delete;
+  ~ContextReservation();  // gives back what was neither settled nor kept
+
+  bool ok() const noexcept { return ok_; }
+  // The context exists: settle on its measured overhead (the samples taken
+  // around the call) and record it for its destruction.
+  void created(CUcontext ctx, const MemorySample& before, const MemorySample& after) noexcept;
+
+ private:
+  const AllocationState& st_;
+  CUdevice ordinal_;
+  unsigned gpu_;
+  std::uint64_t reserved_ = 0;
+  bool ok_ = false;
+  bool done_ = false;
+};
+
+// A primary context may have been made without any call the shim hooks (the
+// CUDA runtime retains it through a private interface of the driver). The
+// first time the shim sees the process use `ordinal` (an allocation, a
+// retain) it asks the driver whether the primary context is active and, if
+// the shim has no record of it, charges it. One relaxed load afterwards.
+void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept;
+// The same check for a retain of an already active primary context.
+void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept;
+
+// Returns the charge of a destroyed context (primary: pass nullptr + ordinal).
+void context_destroyed(const AllocationState& st, CUcontext ctx, CUdevice ordinal) noexcept;
+
+// Fork child: the parent's contexts are not the child's.
+void context_reset_after_fork() noexcept;
+
+}  // namespace cushare::shim

@@ -1,0 +1,39 @@
+// The launch gate's clock: CLOCK_MONOTONIC nanoseconds, read from the CPU's
+// time-stamp counter through a per-thread anchor (shim/gate/tsc_clock.hpp) where
+// the kernel itself keeps time with it (clocksource "tsc"), else from
+// clock_gettime(). CUSHARE_GATE_CLOCK=monotonic forces clock_gettime().
+#pragma once
+
+#include <cstdint>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "shim/gate/tsc_clock.hpp"
+
+namespace cushare::shim::gate {
+
+namespace detail {
+// constinit: no dynamic initialisation, so no TLS wrapper call on the fast path.
+extern __attribute__((tls_model("initial-exec"))) constinit thread_local tsc::Anchor t_clock_anchor;
+// Takes a fresh paired reading (or reads the clock when the counter is not
+// used) and returns the time.
+std::uint64_t reanchor_now_ns() noexcept;
+}  // namespace detail
+
+// No syscall and no lock: one counter read and a multiply while the
+// thread's anchor covers it (all but about one call per millisecond).
+inline std::uint64_t gate_now_ns() noexcept {
+#if defined(__x86_64__)
+  const tsc::Anchor& a = detail::t_clock_anchor;
+  std::uint64_t ns;
+  if (a.max_ticks != 0 && tsc::convert(a, __rdtsc(), ns)) [[likely]]
+    return ns;
+#endif
+  return detail::reanchor_now_ns();
+}
+
+// Whether gate_now_ns() reads the counter (after calibration) in this process.
+bool gate_clock_uses_tsc() noexcept;
+
+}  // namespace cushare::shim::gate

@@ -1,0 +1,98 @@
+#include "shim/gate/duty_cycle_table.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "shim/gate/duty_cycle_plan.hpp"
+
+namespace cushare::shim {
+namespace {
+
+struct Slot {  // 128 bytes
+  char alloc_id[64];
+  char gpu_uuid[48];
+  std::uint32_t limit_pct;
+  std::uint32_t reserved;
+  std::uint64_t heartbeat_ns;
+};
+static_assert(sizeof(Slot) == 128);
+
+std::string_view field(const char* s, std::size_t n) {
+  return {s, strnlen(s, n)};
+}
+
+void copy_field(char* dst, std::size_t n, std::string_view v) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, v.data(), std::min(v.size(), n - 1));
+}
+
+// Reads the table, refreshes this allocation's claim (taking a stale or free
+// slot), writes it back, and returns the offset.
+std::uint32_t claim(int fd, const std::string& id, const std::string& uuid, std::uint32_t pct,
+                    std::uint64_t now) {
+  std::array<Slot, kDutyTableSlots> slots{};
+  const ssize_t got = pread(fd, slots.data(), sizeof(slots), 0);
+  if (got < 0) return 0;
+  if (static_cast<std::size_t>(got) < sizeof(slots))
+    std::memset(reinterpret_cast<char*>(slots.data()) + got, 0, sizeof(slots) - got);
+  auto live = [now](const Slot& s) {
+    return s.heartbeat_ns <= now && now - s.heartbeat_ns < kDutyClaimTtlNs && s.alloc_id[0];
+  };
+  int mine = -1, free_slot = -1;
+  for (unsigned i = 0; i < kDutyTableSlots; ++i) {
+    const Slot& s = slots[i];
+    if (field(s.alloc_id, sizeof(s.alloc_id)) == id &&
+        field(s.gpu_uuid, sizeof(s.gpu_uuid)) == uuid)
+      mine = static_cast<int>(i);
+    else if (free_slot < 0 && !live(s))
+      free_slot = static_cast<int>(i);
+  }
+  if (mine < 0) mine = free_slot;
+  if (mine < 0) return 0;  // full: overlap rather than fail
+  Slot& s = slots[static_cast<unsigned>(mine)];
+  copy_field(s.alloc_id, sizeof(s.alloc_id), id);
+  copy_field(s.gpu_uuid, sizeof(s.gpu_uuid), uuid);
+  s.limit_pct = pct;
+  s.heartbeat_ns = now;
+  if (pwrite(fd, &s, sizeof(s), static_cast<off_t>(mine) * sizeof(Slot)) != sizeof(s)) return 0;
+  std::vector<DutyClaim> claims;
+  for (const Slot& c : slots) {
+    if (!live(c)) continue;
+    claims.push_back({field(c.alloc_id, sizeof(c.alloc_id)), field(c.gpu_uuid, sizeof(c.gpu_uuid)),
+                      c.limit_pct});
+  }
+  return duty_offset_pct(claims, {id, uuid, pct});
+}
+
+}  // namespace
+
+std::uint32_t duty_offset_for(const std::string& alloc_folder, const std::string& gpu_uuid,
+                              std::uint32_t limit_pct, std::uint64_t now) noexcept {
+  try {
+    const std::filesystem::path folder(alloc_folder);
+    if (folder.parent_path().filename() != "alloc") return 0;  // not in a node run dir
+    const auto table = folder.parent_path().parent_path() / kDutyTableName;
+    const int fd =
+        ::open(table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0) return 0;
+    struct stat sb {};
+    std::uint32_t offset = 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX) == 0) {
+      offset = claim(fd, folder.filename().string(), gpu_uuid, limit_pct, now);
+      flock(fd, LOCK_UN);
+    }
+    ::close(fd);
+    return offset;
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // namespace cushare::shim

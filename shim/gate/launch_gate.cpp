@@ -1,0 +1,297 @@
+// The launch gate (docs/scheduler.md, "Launch gate").
+//
+// Fast path, taken while this allocation holds the lease of the GPU and its
+// queued work is short: a few relaxed atomic loads and one clock read (the
+// time-stamp counter, see gate/clock.hpp), no lock, no syscall. Otherwise the slow path
+// waits: for the queued work to drain a little (so that no process stacks up work that would run
+// far past its lease), or for a lease (publishing demand and sleeping on the shared lease futex of
+// the limits region), or, without a live daemon, for the next window of the local duty cycle of a
+// capped allocation.
+#include "shim/gate/launch_gate.hpp"
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "shim/gate/clock.hpp"
+#include "shim/gate/demand.hpp"
+#include "shim/gate/duty_cycle_plan.hpp"
+#include "shim/gate/duty_cycle_table.hpp"
+#include "shim/gate/tracker.hpp"
+#include "shim/process/allocation_state.hpp"
+
+namespace cushare::shim {
+namespace {
+
+using gate::monotonic_now_ns;
+
+using gate::kQueueHorizonNs;
+// A daemon whose heartbeat is older than this is gone: leases are no longer
+// handed out, so capped allocations fall back to a local duty cycle.
+constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
+// How long a process waits for a daemon to discover a new allocation.
+constexpr std::uint64_t kFirstHeartbeatWaitNs = 500'000'000;
+// How long a waiter sleeps on the lease futex before it looks at the
+// heartbeat again.
+constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
+constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
+
+// The launch between enter and exit (tracker null: not gated).
+struct ThreadGate {
+  gate::GpuTracker* tracker = nullptr;
+  shm::GpuUsage* usage = nullptr;
+  std::uint64_t now = 0;  // clock read at enter
+};
+// initial-exec: the shim is loaded at start-up (preload), so its TLS sits in
+// the static block and is reached without a __tls_get_addr call per launch.
+__attribute__((tls_model("initial-exec"))) thread_local ThreadGate t_gate;
+
+std::once_flag g_fork_once;
+
+unsigned gpu_of_launch(const AllocationState& st) noexcept {
+  // One visible device (the usual container) needs no driver call.
+  if (st.device_count == 1) return st.gpu_of_device[0];
+  return current_gpu_index(st);
+}
+
+// Whether a launch may go now while holding a lease that expires at `expiry`.
+[[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
+                                                const gate::GpuTracker& tr) noexcept {
+  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
+  if (queued == 0) return true;  // nothing in flight: one launch always may go
+  // Work launched now starts after what is queued: keep it inside the lease.
+  return queued <= kQueueHorizonNs && now + queued < expiry;
+}
+
+// How much of the queue must run before queue_allows() can say yes.
+std::uint64_t excess(std::uint64_t now, std::uint64_t expiry, const gate::GpuTracker& tr) noexcept {
+  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
+  std::uint64_t need = queued > kQueueHorizonNs ? queued - kQueueHorizonNs : 0;
+  if (now + queued >= expiry) need = std::max(need, now + queued - expiry + 1);
+  return need;
+}
+
+// Local duty cycle without a daemon: a capped allocation may submit during
+// its window of limit% of every period. Allocations of one node run dir lay
+// their windows end to end (duty_cycle_table.hpp); all processes of an
+// allocation share the phase, since it derives from CLOCK_MONOTONIC.
+// Returns 0 when allowed now, else the time to sleep. Without a daemon nobody
+// charges work that runs past the window, so a launch whose expected GPU
+// time is `launch_ns` goes only while half of that is left of the window:
+// the last launch of a window then runs past its end about as often and as
+// long as the window's tail stays unused (kernels of 50 us - 20 ms at random:
+// 34.9 % for a cap of 30 with a fixed 1 ms lead, 25.5 % with the whole
+// launch as the lead).
+std::uint64_t duty_cycle_wait(const AllocationState& st, unsigned gpu, std::uint64_t now,
+                              std::uint64_t launch_ns) noexcept {
+  const auto& g = st.limits->gpus[gpu];
+  if (static_cast<shm::ComputeMode>(g.mode.load(std::memory_order_relaxed)) !=
+      shm::ComputeMode::kCapped) {
+    return 0;  // burst: runs free when nobody arbitrates
+  }
+  std::uint64_t quantum = st.limits->quantum_ns.load(std::memory_order_relaxed);
+  if (quantum == 0) quantum = kDefaultQuantumNs;
+  const std::uint64_t period = 10 * quantum;
+  const std::uint32_t pct = std::clamp<std::uint32_t>(g.compute_limit_pct.load(), 1, 100);
+  static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> refreshed{};
+  static std::array<std::atomic<std::uint32_t>, shm::kMaxGpus> offsets{};
+  if (now >= refreshed[gpu].load(std::memory_order_relaxed) + kDutyRefreshNs) {
+    refreshed[gpu].store(now, std::memory_order_relaxed);
+    const std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
+    offsets[gpu].store(duty_offset_for(st.run_dir, uuid, pct, now), std::memory_order_relaxed);
+  }
+  return duty_wait_ns(now, period, offsets[gpu].load(std::memory_order_relaxed), pct,
+                      std::max(launch_ns / 2, kQueueHorizonNs / 2));
+}
+
+// Whether the node run dir this allocation lives in (RUN/alloc/<id>) holds a
+// daemon's control socket (RUN/cushared.sock). Looked up once per process.
+bool node_has_daemon_socket(const AllocationState& st) noexcept {
+  static std::atomic<int> cached{-1};
+  int v = cached.load(std::memory_order_acquire);
+  if (v >= 0) return v == 1;
+  v = 0;
+  try {
+    const std::filesystem::path folder(st.run_dir);
+    if (folder.parent_path().filename() == "alloc") {
+      struct stat sb {};
+      const auto sock = folder.parent_path().parent_path() / "cushared.sock";
+      v = ::stat(sock.c_str(), &sb) == 0 && S_ISSOCK(sb.st_mode) ? 1 : 0;
+    }
+  } catch (...) {
+    v = 0;
+  }
+  cached.store(v, std::memory_order_release);
+  return v == 1;
+}
+
+// A limits region never ticked (heartbeat 0) may just be new: the shim made
+// it and the daemon has not discovered it yet (inotify, then its next tick).
+// Where a daemon serves the node, wait for it like for a lease instead of
+// running unarbitrated, for at most kFirstHeartbeatWaitNs from the first
+// time this process saw it so.
+bool daemon_expected(const AllocationState& st, std::uint64_t now) noexcept {
+  static std::atomic<std::uint64_t> first_seen{0};
+  if (!node_has_daemon_socket(st)) return false;
+  std::uint64_t since = first_seen.load(std::memory_order_relaxed);
+  if (since == 0) {
+    first_seen.compare_exchange_strong(since, now, std::memory_order_relaxed);
+    since = first_seen.load(std::memory_order_relaxed);
+  }
+  return now < since + kFirstHeartbeatWaitNs;
+}
+
+bool daemon_alive(const AllocationState& st, std::uint64_t now) noexcept {
+  const std::uint64_t hb = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
+  if (hb == 0) return daemon_expected(st, now);
+  return now < hb + kHeartbeatStaleNs;
+}
+
+void sleep_ns(std::uint64_t ns) noexcept {
+  timespec ts{.tv_sec = static_cast<time_t>(ns / 1'000'000'000),
+              .tv_nsec = static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+void reset_gate_after_fork() noexcept {
+  gate::reset_trackers_after_fork();
+  gate::reset_demand_after_fork();
+}
+
+CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {
+  std::call_once(g_fork_once, [] { pthread_atfork(nullptr, nullptr, reset_gate_after_fork); });
+  const shm::LimitsRegion& limits = *st.limits;
+  const shm::GpuLimits& gl = limits.gpus[gpu];
+  shm::GpuUsage& gu = st.usage->gpus[gpu];
+  gate::GpuTracker& tr = gate::tracker(gpu);
+  const std::uint64_t start = monotonic_now_ns();
+  // A thread held here wants the GPU, whatever it waits for: counted in
+  // `demand` from the first wait on, so the daemon neither takes an idle
+  // lease back from its allocation (queue drained, the thread not woken yet)
+  // nor, once the lease has passed on, sees the allocation without demand
+  // for a moment and levels its virtual time as if it came back from idle.
+  gate::DemandCount demand(gpu, gu);
+  bool asked = false;  // rang the doorbell for a lease
+  bool throttled = false;
+  for (;;) {
+    const std::uint64_t now = monotonic_now_ns();
+    std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
+    if (!daemon_alive(st, now)) {
+      // No arbitration: limits stay in force locally (capped), burst runs.
+      const std::uint64_t wait = duty_cycle_wait(st, gpu, now, tr.per_launch_ns());
+      if (wait == 0) {
+        expiry = now + kQueueHorizonNs * 4;  // pace the queue as under a lease
+        if (queue_allows(now, expiry, tr)) break;
+        demand.count();
+        tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
+        continue;
+      }
+      throttled = true;
+      demand.count();
+      sleep_ns(std::min(wait, kLeaseWaitSliceNs));
+      continue;
+    }
+    if (now < expiry) {
+      if (queue_allows(now, expiry, tr)) break;
+      // Holding the lease, but enough is queued: let some of it finish.
+      demand.count();
+      tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
+      continue;
+    }
+    // No lease: ask for one and sleep until the daemon grants or revokes.
+    const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
+    if (!asked) {
+      asked = true;
+      throttled = true;
+      demand.count();
+      gu.doorbell.fetch_add(1, std::memory_order_release);
+    }
+    if (now < gl.lease_expiry_ns.load(std::memory_order_acquire)) continue;  // granted meanwhile
+    gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);
+  }
+  demand.release();
+  if (asked) {
+    // Went on under a lease it had to wait for: the first thread to do so
+    // after the grant stamps the time (one that began waiting after an
+    // earlier stamp is not the first).
+    const std::uint64_t resumed = monotonic_now_ns();
+    std::uint64_t prev = gu.resumed_ns.load(std::memory_order_relaxed);
+    while (prev < start &&
+           !gu.resumed_ns.compare_exchange_weak(prev, resumed, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+    }
+  }
+  if (throttled) {
+    gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
+    gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);
+  }
+  t_gate.now = monotonic_now_ns();
+  return CUDA_SUCCESS;
+}
+
+// Everything but the fast path, kept out of line so that the fast path stays
+// a leaf with a small frame.
+[[gnu::noinline, gnu::cold]] CUresult enter_slow(const AllocationState& st, unsigned gpu,
+                                                 CUstream stream, gate::GpuTracker& tr) noexcept {
+  const std::uint64_t now = t_gate.now;
+  const std::uint64_t expiry = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  if (!(now < expiry && queue_allows(now, expiry, tr))) {
+    if (const CUresult rc = slow_path(st, gpu, stream); rc != CUDA_SUCCESS) return rc;
+  }
+  if (!tr.busy()) {
+    // First launch after an idle spell: count this process busy before the
+    // work exists, and stamp the launch after that (on the clock the other
+    // processes' pollers publish drain marks with), so no other process of
+    // the allocation can declare the queue drained past it. The gap since
+    // the last spell is measured here too (idle time is not charged).
+    tr.begin_spell(stream, st.usage->gpus[gpu]);
+    t_gate.now = gate::monotonic_now_ns();
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult launch_gate_enter(CUstream stream) noexcept {
+  t_gate.tracker = nullptr;
+  const AllocationState* st = allocation_state();
+  if (!st) [[unlikely]] {
+    // Not initialised yet (the launch will fail or initialise), disabled, or
+    // failed: the hooks forward; quotas of a failed shim are refused elsewhere.
+    return CUDA_SUCCESS;
+  }
+  const unsigned gpu = gpu_of_launch(*st);
+  if (gpu >= shm::kMaxGpus) return CUDA_SUCCESS;  // a device outside the allocation
+  gate::GpuTracker& tr = gate::tracker(gpu);
+  const std::uint64_t now = gate::gate_now_ns();
+  t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
+  const std::uint64_t expiry =
+      st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  if (now < expiry && queue_allows(now, expiry, tr) && tr.busy()) [[likely]] {
+    return CUDA_SUCCESS;
+  }
+  return enter_slow(*st, gpu, stream, tr);
+}
+
+void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
+  gate::GpuTracker* tr = t_gate.tracker;
+  if (!tr) return;
+  if (launch_result != CUDA_SUCCESS) [[unlikely]] {
+    // Nothing was queued: a busy mark this launch set must not stay behind.
+    tr->launch_failed();
+    return;
+  }
+  shm::GpuUsage& gu = *t_gate.usage;
+  gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
+  // The launch counter and expected_drain_ns are published per batch (see
+  // GpuTracker::record_locked), keeping shared cache lines off the fast path.
+  tr->on_launch(stream, t_gate.now, gu);
+}
+
+}  // namespace cushare::shim

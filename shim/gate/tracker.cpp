@@ -1,0 +1,516 @@
+#include "shim/gate/tracker.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <array>
+#include <climits>
+
+#include "shim/accounting/capture_tracker.hpp"
+#include "shim/driver/real_driver.hpp"
+#include "shim/process/allocation_state.hpp"
+#include "shm/process_slots.hpp"
+
+namespace cushare::shim::gate {
+
+std::uint64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no syscall
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept {
+  timespec ts{.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000),
+              .tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000)};
+  // Not FUTEX_PRIVATE: the word may live in a file shared with other
+  // processes (the limits region, mapped read-only here).
+  syscall(SYS_futex, const_cast<std::uint32_t*>(reinterpret_cast<const std::uint32_t*>(&word)),
+          FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+std::atomic<detail::Trackers*> detail::g_trackers{nullptr};
+
+// Never destroyed: poller threads may still be running while the process
+// runs its exit handlers.
+detail::Trackers& detail::create_trackers() noexcept {
+  static auto* t = [] {
+    auto* made = new Trackers();
+    for (unsigned g = 0; g < made->size(); ++g) (*made)[g].bind_gpu(g);
+    return made;
+  }();
+  g_trackers.store(t, std::memory_order_release);
+  return *t;
+}
+
+namespace {
+void store_max(std::atomic<std::uint64_t>& word, std::uint64_t value) noexcept {
+  std::uint64_t cur = word.load(std::memory_order_relaxed);
+  while (cur < value && !word.compare_exchange_weak(cur, value, std::memory_order_release,
+                                                    std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void reset_trackers_after_fork() noexcept {
+  for (auto& t : detail::create_trackers()) t.reset_after_fork();
+}
+
+void GpuTracker::reset_after_fork() noexcept {
+  // The parent's events and poller thread do not exist in the child; the
+  // mutex may have been held by a parent thread at fork time.
+  new (&mu_) std::mutex();
+  batches_ = {};
+  free_events_ = {};
+  ctx_ = nullptr;
+  spell_end_ = nullptr;
+  gap_ = {};
+  anchor_ = {};
+  left_idle_ = false;
+  oldest_batch_ns_.store(0);
+  oldest_batch_end_.store(0);
+  submitted_.store(kIdle);  // the child has a slot of its own, with no marks
+  completed_.store(0);
+  per_launch_ns_.store(0);
+  window_.store(kBootstrapPending);
+  last_completion_ns_ = 0;
+  last_completion_atomic_.store(0);
+  tail_first_ns_.store(0);
+  recorded_count_.store(0);
+  published_launches_ = 0;
+  tail_last_ns_.store(0);
+  tail_stream_.store(nullptr);
+  since_record_.store(0);
+  poller_started_.store(false);
+  poller_idle_.store(false);
+}
+
+void GpuTracker::stream_destroyed(CUstream stream) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
+  std::lock_guard lock(mu_);
+  if (!has_tail() || tail_stream_.load(std::memory_order_relaxed) != stream) return;
+  if (stream_is_capturing(stream)) return;
+  const AllocationState* st = allocation_state();
+  record_locked(stream, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+}
+
+void GpuTracker::before_sync(CUstream stream, bool whole_context) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
+  std::lock_guard lock(mu_);
+  if (!has_tail()) return;
+  CUstream tail = tail_stream_.load(std::memory_order_relaxed);
+  if (!whole_context && tail != stream) return;
+  if (tail == CU_STREAM_PER_THREAD && !whole_context) tail = stream;
+  if (tail == CU_STREAM_PER_THREAD) tail = nullptr;  // another thread's: the legacy stream
+  CUcontext current = nullptr;
+  if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
+  if (!ctx_ || current != ctx_ || stream_is_capturing(tail)) return;
+  const AllocationState* st = allocation_state();
+  record_locked(tail, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+}
+
+void GpuTracker::after_sync() noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return;
+  const AllocationState* st = allocation_state();
+  if (!st) return;
+  std::lock_guard lock(mu_);
+  while (!batches_.empty()) {
+    CUevent ev = batches_.front().event;
+    if (real().cuEventQuery(ev) != CUDA_SUCCESS) break;
+    complete_front_locked(ev, monotonic_now_ns(), st->usage->gpus[gpu_]);
+  }
+}
+
+GpuTracker* syncing(CUstream stream, bool whole_context) noexcept {
+  if (!detail::g_trackers.load(std::memory_order_acquire)) return nullptr;  // nothing launched
+  const AllocationState* st = allocation_state();
+  if (!st) return nullptr;
+  const unsigned gpu = st->device_count == 1 ? st->gpu_of_device[0] : current_gpu_index(*st);
+  if (gpu >= shm::kMaxGpus) return nullptr;
+  GpuTracker& tr = tracker(gpu);
+  tr.before_sync(stream, whole_context);
+  return &tr;
+}
+
+void GpuTracker::launch_failed() noexcept {
+  if (!busy() || pending_launches() != 0) return;
+  std::lock_guard lock(mu_);
+  if (batches_.empty() && !has_tail()) settle_idle_locked();
+}
+
+void streams_destroying(CUstream stream) noexcept {
+  if (!detail::g_trackers.load(std::memory_order_acquire)) return;
+  for (auto& t : detail::create_trackers()) t.stream_destroyed(stream);
+}
+
+void GpuTracker::begin_tail(std::uint64_t now) noexcept {
+  std::uint64_t expected = 0;
+  if (tail_first_ns_.compare_exchange_strong(expected, now, std::memory_order_acq_rel) &&
+      poller_idle_.load(std::memory_order_acquire)) {
+    // Idle -> busy: the poller must look after this tail (one wake per
+    // transition, not per launch).
+    wake_word_.fetch_add(1, std::memory_order_release);
+    futex_wake(wake_word_);
+  }
+}
+
+void GpuTracker::end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
+  if (stream_is_capturing(stream)) return;  // never record into a capture
+  {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // another thread is recording right now
+    record_locked(stream, now, &usage);
+  }
+  ensure_poller(usage);
+  if (poller_idle_.load(std::memory_order_acquire)) {
+    wake_word_.fetch_add(1, std::memory_order_release);
+    futex_wake(wake_word_);
+  }
+}
+
+void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept {
+  const std::uint64_t end = submitted_count();
+  if (end <= recorded_count_.load(std::memory_order_relaxed)) return;  // nothing unrecorded
+  std::uint64_t first = tail_first_ns_.load(std::memory_order_acquire);
+  const std::uint64_t tail_first = first;
+  if (first == 0) first = tail_last_ns_.load(std::memory_order_relaxed);
+  if (first == 0) first = now;
+  const RealDriver& r = real();
+  if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&ctx_);
+  CUevent ev = take_event_locked();
+  if (!ev) return;
+  if (r.cuEventRecord(ev, stream) != CUDA_SUCCESS) {
+    // Not reused: an event the driver refused (e.g. one of another context)
+    // would be refused again and again.
+    r.cuEventDestroy_v2(ev);
+    return;
+  }
+  batches_.push_back({.event = ev,
+                      .end_count = end,
+                      .first_submit_ns = first,
+                      .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed)});
+  if (batches_.size() == 1) {
+    oldest_batch_end_.store(end, std::memory_order_relaxed);
+    oldest_batch_ns_.store(first, std::memory_order_release);
+  }
+  recorded_count_.store(end, std::memory_order_release);
+  if (usage) {
+    // Per-batch publication for the daemon and metrics: launches so far, and
+    // when the work submitted so far should be done (see GpuUsage).
+    usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
+    published_launches_ = end;
+    usage->expected_drain_ns.store(now + queued_estimate_ns(now, kQueueHorizonNs),
+                                   std::memory_order_relaxed);
+  }
+  // A launch racing this record keeps its own tail mark (the CAS fails);
+  // either way the counts, not this mark, decide what is pending.
+  std::uint64_t expected = tail_first;
+  if (tail_first != 0)
+    tail_first_ns_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  since_record_.store(0, std::memory_order_relaxed);
+  last_record_ns_.store(now, std::memory_order_relaxed);
+}
+
+// Timing is enabled (batches are recorded once per 256 launches or 250 us,
+// so its cost is off the launch path): the last batch event of a spell marks
+// on the GPU's clock where an idle gap began.
+CUevent GpuTracker::take_event_locked() noexcept {
+  CUevent ev = nullptr;
+  if (!free_events_.empty()) {
+    ev = free_events_.back();
+    free_events_.pop_back();
+  } else if (real().cuEventCreate(&ev, CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return ev;
+}
+
+void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
+  const std::uint32_t epoch = mark_busy();
+  std::lock_guard lock(mu_);
+  CUevent from = std::exchange(spell_end_, nullptr);
+  if (!from) return;
+  // Only a gap in which no process of the allocation had work on the GPU
+  // counts: this process left it idle, and is the next to make it busy.
+  if (epoch == 0 || epoch != idle_epoch_ + 1 || gap_.from || !real().cuEventElapsedTime_v2 ||
+      stream_is_capturing(stream)) {
+    release_locked(from);
+    return;
+  }
+  CUevent to = take_event_locked();
+  if (!to || real().cuEventRecord(to, stream) != CUDA_SUCCESS) {
+    release_locked(from);
+    if (to) release_locked(to);
+    return;
+  }
+  // A lease is charged from its first launch (resumed_ns): a gap that began
+  // before it (waiting for the lease, or before the lease) was not charged,
+  // so only its part after that instant is idle time of this lease.
+  const std::uint64_t now = monotonic_now_ns();
+  const std::uint64_t resumed = usage.resumed_ns.load(std::memory_order_acquire);
+  gap_ = {.from = from, .to = to, .clip_ns = now > resumed ? now - resumed : 0};
+}
+
+// Publishes a measured gap once both its events completed (the GPU reached
+// the first launch after it).
+void GpuTracker::settle_gap_locked(shm::GpuUsage& usage) noexcept {
+  if (!gap_.from) return;
+  float ms = 0;
+  const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
+  if (rc == CUDA_ERROR_NOT_READY) return;
+  if (rc == CUDA_SUCCESS && ms > 0) {
+    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+    usage.idle_ns.fetch_add(std::min(gap, gap_.clip_ns), std::memory_order_relaxed);
+  }
+  const GapProbe done = std::exchange(gap_, {});
+  release_locked(done.from);
+  release_locked(done.to);
+}
+
+void GpuTracker::release_locked(CUevent ev) noexcept {
+  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == anchor_.event) return;
+  free_events_.push_back(ev);
+}
+
+// The GPU completes an event no later than it is seen complete, and no later
+// than a completed event before it plus the time between the two on the
+// GPU's clock: the tighter of the two bounds is when the batch completed. So
+// a poller that wakes late (a loaded host) neither charges its lateness to
+// the lease nor inflates the per-launch estimate. The chain of bounds starts
+// afresh every kAnchorSpanNs, so the drift between the GPU's clock and
+// CLOCK_MONOTONIC stays negligible.
+std::uint64_t GpuTracker::completed_at_locked(CUevent ev, std::uint64_t seen_ns,
+                                              std::uint64_t recorded_ns) noexcept {
+  std::uint64_t at = seen_ns;
+  float ms = 0;
+  if (anchor_.event && seen_ns < anchor_.since_ns + kAnchorSpanNs && real().cuEventElapsedTime_v2 &&
+      real().cuEventElapsedTime_v2(&ms, anchor_.event, ev) == CUDA_SUCCESS && ms >= 0) {
+    at = std::min(seen_ns,
+                  anchor_.at_ns + static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6));
+  } else {
+    anchor_.since_ns = seen_ns;
+  }
+  // Recorded after its batch's last submission: it cannot have completed before.
+  at = std::max(at, std::min(recorded_ns, seen_ns));
+  const CUevent old = std::exchange(anchor_.event, ev);
+  anchor_.at_ns = at;
+  release_locked(old);
+  return at;
+}
+
+void GpuTracker::ensure_poller(shm::GpuUsage& usage) noexcept {
+  if (poller_started_.load(std::memory_order_acquire)) return;
+  bool expected = false;
+  if (!poller_started_.compare_exchange_strong(expected, true)) return;
+  try {
+    std::thread([this, u = &usage] { poll_loop(u); }).detach();
+  } catch (...) {
+    poller_started_.store(false);
+  }
+}
+
+void GpuTracker::publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept {
+  store_max(usage.drained_ns, value);
+}
+
+std::uint32_t GpuTracker::mark_busy() noexcept {
+  std::uint32_t epoch = 0;
+  if (const AllocationState* st = allocation_state(); st && st->slot) {
+    if (shm::mark_busy(*st->usage, *st->slot, gpu_))
+      epoch = st->usage->gpus[gpu_].busy_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  }
+  submitted_.fetch_and(~kIdle, std::memory_order_seq_cst);
+  return epoch;
+}
+
+// Everything this process submitted has completed: it leaves the busy count
+// (unless a launch slipped in meanwhile). Returns whether it is still idle.
+bool GpuTracker::settle_idle_locked() noexcept {
+  if (busy()) {
+    const AllocationState* st = allocation_state();
+    left_idle_ = st && st->slot && shm::clear_busy(*st->usage, *st->slot, gpu_);
+    if (left_idle_) idle_epoch_ = st->usage->gpus[gpu_].busy_epoch.load(std::memory_order_acquire);
+    const std::uint64_t before = submitted_.fetch_or(kIdle, std::memory_order_seq_cst);
+    if ((before & ~kIdle) != completed_.load(std::memory_order_acquire)) {
+      mark_busy();  // a launch got past the gate while we cleared
+      return false;
+    }
+  }
+  return pending_launches() == 0;
+}
+
+void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
+                                       shm::GpuUsage& usage) noexcept {
+  if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
+  const Batch done = batches_.front();
+  batches_.pop_front();
+  const std::uint64_t now = completed_at_locked(ev, seen_ns, done.last_submit_ns);
+  // GPU time of the batch: from when the GPU could start it (its first
+  // submission, or the previous batch's completion) to its completion.
+  const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
+  const std::uint64_t launches = done.end_count > prev_end ? done.end_count - prev_end : 0;
+  const std::uint64_t began = std::max(done.first_submit_ns, last_completion_ns_);
+  if (launches > 0 && now > began) {
+    // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
+    // kernels that take next to no GPU time (more launches than
+    // nanoseconds in a batch) must not look unmeasured for ever.
+    const std::uint64_t sample = std::max<std::uint64_t>((now - began) / launches, 1);
+    const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
+    // A batch of a few launches over a short span is mostly measurement
+    // error: the driver may hold a launch (a lock, a full queue) after the
+    // gate stamped it, and the poller wakes late. Such a batch may lower the
+    // estimate (too low is corrected as the head runs, see
+    // estimate_queued_ns) but not raise it, or a sample inflated by those
+    // delays makes the gate wait, the waits cut more such batches, and a
+    // lone tenant ends up throttled by its own estimate.
+    const bool significant = launches >= kRecordEvery / 8 || now - began >= kRecordIntervalNs;
+    if (old == 0 || significant || sample < old)
+      per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
+  }
+  last_completion_ns_ = now;
+  last_completion_atomic_.store(now, std::memory_order_relaxed);
+  const std::uint64_t window = window_.load(std::memory_order_relaxed);
+  if (window < kMaxWindow) window_.store(window * 2, std::memory_order_relaxed);
+  completed_.store(std::max(prev_end, done.end_count), std::memory_order_release);
+  oldest_batch_end_.store(batches_.empty() ? 0 : batches_.front().end_count,
+                          std::memory_order_relaxed);
+  oldest_batch_ns_.store(batches_.empty() ? 0 : batches_.front().first_submit_ns,
+                         std::memory_order_release);
+  // Wake the launching threads only now that the counts say what completed:
+  // woken earlier, one re-checks the queue against the old counts, finds it
+  // still too long and sleeps for its whole timeout with nothing left to
+  // complete (the GPU idles, and the daemon takes the lease back as idle).
+  progress_word_.fetch_add(1, std::memory_order_release);
+  if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
+  // This process's marks: everything it submitted up to the batch's last
+  // launch has completed; if nothing else is pending, everything up to now
+  // (the daemon reads them for the allocation only while no other process
+  // of it is busy on the GPU).
+  left_idle_ = false;
+  const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
+  publish_drained(idle ? now : done.last_submit_ns, usage);
+  if (idle && left_idle_) {
+    // The spell ended with this event: an idle gap begins here on the GPU.
+    release_locked(std::exchange(spell_end_, ev));
+  }
+  release_locked(ev);  // kept while a role above (or the anchor) holds it
+  settle_gap_locked(usage);
+}
+
+void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+                                   shm::GpuUsage& usage) noexcept {
+  if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
+    // Wait about as long as the GPU needs to get below the horizon, so the
+    // queue never runs dry while we wait (the poller keeps the count right).
+    {
+      std::lock_guard lock(mu_);
+      if (has_tail() && !stream_is_capturing(stream)) {
+        record_locked(stream, monotonic_now_ns(), &usage);
+      }
+    }
+    ensure_poller(usage);
+    // Wake on the next completed batch or after about the excess, whichever
+    // comes first: an estimate that is too high never idles the GPU long.
+    const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
+    progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
+    futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
+    progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  CUevent ev = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (batches_.empty() && !stream_is_capturing(stream)) {
+      record_locked(stream, monotonic_now_ns(), &usage);
+    }
+    if (!batches_.empty()) ev = batches_.front().event;
+  }
+  ensure_poller(usage);
+  if (!ev) {
+    // Only work queued into a capture (or record failed): nothing to wait on.
+    timespec ts{.tv_sec = 0, .tv_nsec = 200'000};
+    nanosleep(&ts, nullptr);
+    return;
+  }
+  const CUresult rc = real().cuEventSynchronize(ev);
+  std::lock_guard lock(mu_);
+  if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
+    complete_front_locked(ev, monotonic_now_ns(), usage);
+  }
+}
+
+void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
+  const RealDriver& r = real();
+  // Our driver calls must never invalidate a global-mode capture elsewhere.
+  if (r.cuThreadExchangeStreamCaptureMode) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    r.cuThreadExchangeStreamCaptureMode(&mode);
+  }
+  bool ctx_set = false;
+  for (;;) {
+    CUevent ev = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (!ctx_set && ctx_ && r.cuCtxSetCurrent) ctx_set = r.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS;
+      if (!batches_.empty()) ev = batches_.front().event;
+    }
+    if (ev) {
+      const CUresult rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
+      std::lock_guard lock(mu_);
+      complete_front_locked(ev, monotonic_now_ns(), *usage);
+      (void)rc;
+      continue;
+    }
+    // No recorded batch: a tail of launches may still be unrecorded (the
+    // application stopped launching). Record it once it is a batch old.
+    const std::uint64_t now = monotonic_now_ns();
+    if (has_tail()) {
+      const std::uint64_t due = tail_last_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs;
+      if (now >= due) {
+        std::lock_guard lock(mu_);
+        // Under the lock, so a stream_destroyed() either recorded the tail
+        // already or runs after this record. The per-thread default stream
+        // handle would mean this thread's: record on the legacy stream,
+        // which waits for the per-thread streams' earlier work.
+        CUstream s = tail_stream_.load(std::memory_order_relaxed);
+        if (s == CU_STREAM_PER_THREAD) s = nullptr;
+        if (has_tail() && !stream_is_capturing(s)) record_locked(s, now, usage);
+        if (batches_.empty()) {
+          // Could not record (capture in progress): look again shortly.
+        } else {
+          continue;
+        }
+      }
+      timespec ts{.tv_sec = 0, .tv_nsec = static_cast<long>(kRecordIntervalNs)};
+      nanosleep(&ts, nullptr);
+      continue;
+    }
+    {
+      // A busy mark with nothing submitted (e.g. a launch failed) ends here.
+      std::lock_guard lock(mu_);
+      if (batches_.empty() && !has_tail() && busy()) settle_idle_locked();
+    }
+    // Idle: sleep until a launch records a batch (it wakes us), at most 50 ms.
+    const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
+    poller_idle_.store(true, std::memory_order_release);
+    if (!has_tail()) {
+      bool empty;
+      {
+        std::lock_guard lock(mu_);
+        empty = batches_.empty();
+      }
+      if (empty) futex_wait(wake_word_, seen, 50'000'000);
+    }
+    poller_idle_.store(false, std::memory_order_release);
+  }
+}
+
+}  // namespace cushare::shim::gate

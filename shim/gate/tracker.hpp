@@ -1,0 +1,235 @@
+// In-flight work tracking of the launch gate, per GPU of the allocation, in
+// this process. Launches are grouped into batches; each batch ends with a
+// no-timing event recorded on the stream of its last launch (every
+// kRecordEvery launches or kRecordInterval of submit time, never on a stream
+// under capture). A poller thread per GPU waits for the oldest batch's event
+// (blocking-sync event: no CPU spin), then publishes the drain marks the
+// daemon charges overrun from. The fast path only reads a few counters
+// to bound the queued work (docs/scheduler.md, "Launch gate").
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "shim/driver/cuda_api.hpp"
+#include "shim/gate/estimate.hpp"
+#include "shm/layout.hpp"
+
+namespace cushare::shim::gate {
+
+// Queued work a process may keep ahead of the GPU (estimated GPU time of the
+// launches not known complete). Enough to ride out short CPU stalls; small
+// enough that the work stops close to the lease's end.
+inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
+inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
+inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
+
+struct Batch {
+  CUevent event = nullptr;
+  std::uint64_t end_count = 0;  // launches submitted up to and including this batch
+  std::uint64_t first_submit_ns = 0;
+  std::uint64_t last_submit_ns = 0;
+};
+
+class GpuTracker {
+ public:
+  // Fast path: GPU time of the work launched and not known complete
+  // (gate/estimate.hpp).
+  [[gnu::always_inline]] std::uint64_t queued_estimate_ns(std::uint64_t now,
+                                                          std::uint64_t horizon_ns) const noexcept {
+    const std::uint64_t completed = completed_.load(std::memory_order_acquire);
+    const std::uint64_t pending = submitted_count() - completed;
+    if (pending == 0) return 0;
+    // The GPU has been working through the queue since the last completion
+    // we saw (or since the oldest pending launch, if it came later).
+    const std::uint64_t oldest = oldest_batch_ns_.load(std::memory_order_relaxed);
+    const std::uint64_t since =
+        std::max(last_completion_atomic_.load(std::memory_order_relaxed),
+                 oldest ? oldest : tail_first_ns_.load(std::memory_order_relaxed));
+    const std::uint64_t oldest_end = oldest_batch_end_.load(std::memory_order_relaxed);
+    return estimate_queued_ns(
+        {.pending = pending,
+         .per_launch_ns = per_launch_ns_.load(std::memory_order_relaxed),
+         .since_ns = since,
+         .head = oldest && oldest_end > completed ? oldest_end - completed : pending,
+         .window = window_.load(std::memory_order_relaxed)},
+        now, horizon_ns);
+  }
+  std::uint64_t pending_launches() const noexcept {
+    return submitted_count() - completed_.load(std::memory_order_acquire);
+  }
+  // Launches not covered by any recorded event yet.
+  bool has_tail() const noexcept {
+    return submitted_count() > recorded_count_.load(std::memory_order_acquire);
+  }
+  std::uint64_t per_launch_ns() const noexcept {
+    return per_launch_ns_.load(std::memory_order_relaxed);
+  }
+
+  // After a successful launch at `now` on `stream` (fast path; records an
+  // event when a batch is due, which takes the tracker's mutex).
+  void on_launch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept {
+    // Counted first: the launch is in its stream already, so any event
+    // recorded after a record_locked() saw this count covers it. The poller
+    // may have found the queue empty and set kIdle between this launch's
+    // gate check and its count: one RMW on the same word orders the two, so
+    // either it sees this launch or this launch sees kIdle and marks again.
+    // The stream first: whoever sees this launch counted finds its stream.
+    tail_stream_.store(stream, std::memory_order_relaxed);
+    if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
+      mark_busy();
+    if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
+      begin_tail(now);
+    tail_last_ns_.store(now, std::memory_order_relaxed);
+    // Load + store, not an RMW: racing launchers at worst delay a record.
+    const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
+    since_record_.store(n, std::memory_order_relaxed);
+    if (n < kRecordEvery &&
+        now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs) [[likely]] {
+      return;
+    }
+    end_batch(stream, now, usage);
+  }
+
+  // Whether this process counts itself in usage.gpus[gpu].busy_processes
+  // (set before its first launch after an idle spell, cleared by the poller
+  // once everything completed).
+  bool busy() const noexcept { return !(submitted_.load(std::memory_order_relaxed) & kIdle); }
+  // Returns the allocation's new busy_epoch when this made it busy (0 -> 1
+  // processes with work in flight), else 0.
+  std::uint32_t mark_busy() noexcept;
+  // First launch of a spell (this process idle until now), before it goes to
+  // the driver on `stream`: marks busy and, when this process was the last
+  // one busy in the allocation, measures the gap since its previous spell on
+  // the GPU's clock (a timing event here against the last event of that
+  // spell). The gap is published in usage.idle_ns once both completed.
+  void begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept;
+  void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
+  // A launch that passed the gate failed: if nothing is in flight, leave the
+  // busy count again (the enter marked it for the launch that did not happen).
+  void launch_failed() noexcept;
+
+  // Slow path: waits until about `excess_ns` of the queued work has run
+  // (by the estimate), or for the oldest batch when there is no estimate.
+  void wait_for_progress(CUstream stream, std::uint64_t excess_ns, shm::GpuUsage& usage) noexcept;
+
+  // The application destroys `stream`: a tail last launched on it is
+  // recorded now, while the handle is valid (the poller would record it
+  // later, on a destroyed stream).
+  void stream_destroyed(CUstream stream) noexcept;
+
+  // The application synchronises with the work of this process on the
+  // tracker's GPU: all of it (cuCtxSynchronize; stream null) or a stream's.
+  // Before: the tail of launches gets its event, so the sync has one to
+  // complete. After a successful sync: every batch whose event completed is
+  // completed here and now, so a launch right after the sync starts a new
+  // spell and its idle gap is measured (the poller may not have woken yet).
+  void before_sync(CUstream stream, bool whole_context) noexcept;
+  void after_sync() noexcept;
+
+  // Fork child: forget the parent's events and thread.
+  void reset_after_fork() noexcept;
+
+ private:
+  // submitted_'s top bit: this process is not counted busy (set by the
+  // poller when it found everything complete, and at start); the rest is
+  // the launch count.
+  static constexpr std::uint64_t kIdle = 1ull << 63;
+  std::uint64_t submitted_count() const noexcept {
+    return submitted_.load(std::memory_order_acquire) & ~kIdle;
+  }
+  void begin_tail(std::uint64_t now) noexcept;
+  void end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& usage) noexcept;
+  void record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept;
+  void ensure_poller(shm::GpuUsage& usage) noexcept;
+  void poll_loop(shm::GpuUsage* usage) noexcept;
+  void complete_front_locked(CUevent ev, std::uint64_t now, shm::GpuUsage& usage) noexcept;
+  void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
+  bool settle_idle_locked() noexcept;
+  void settle_gap_locked(shm::GpuUsage& usage) noexcept;
+  CUevent take_event_locked() noexcept;
+  // Back to the free list unless one of the roles below still holds it.
+  void release_locked(CUevent ev) noexcept;
+  std::uint64_t completed_at_locked(CUevent ev, std::uint64_t seen_ns,
+                                    std::uint64_t recorded_ns) noexcept;
+
+  std::atomic<std::uint64_t> submitted_{kIdle};   // launches forwarded by this process, | kIdle
+  std::atomic<std::uint64_t> completed_{0};       // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
+  std::atomic<std::uint64_t> window_{kBootstrapPending};  // slow start (gate/estimate.hpp)
+  std::uint64_t published_launches_ = 0;  // under mu_: launches added to usage.launches
+  std::uint64_t last_completion_ns_ = 0;  // under mu_
+  std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
+  std::atomic<std::uint64_t> oldest_batch_ns_{0};   // first submit of the oldest recorded batch
+  std::atomic<std::uint64_t> oldest_batch_end_{0};  // its end_count
+  std::atomic<std::uint64_t> tail_first_ns_{0};     // first unrecorded launch (0: none)
+  std::atomic<std::uint64_t> tail_last_ns_{0};
+  std::atomic<CUstream> tail_stream_{nullptr};
+  std::atomic<std::uint64_t> last_record_ns_{0};
+  std::atomic<std::uint32_t> since_record_{0};
+  std::atomic<std::uint32_t> wake_word_{0};         // poller FUTEX_WAITs here when idle
+  std::atomic<std::uint32_t> progress_word_{0};     // bumped on every completed batch
+  std::atomic<std::uint32_t> progress_waiters_{0};  // launching threads waiting on it
+  std::atomic<bool> poller_idle_{false};
+  unsigned gpu_ = 0;  // index in limits.gpus[] (bound once, at creation)
+  std::atomic<bool> poller_started_{false};
+
+  std::mutex mu_;  // batches_, free_events_, ctx_ (never on the fast path)
+  std::deque<Batch> batches_;
+  std::vector<CUevent> free_events_;
+  CUcontext ctx_ = nullptr;
+  // Idle gaps (begin_spell). Under mu_.
+  struct GapProbe {
+    CUevent from = nullptr;     // last batch event of the spell before the gap
+    CUevent to = nullptr;       // recorded before the first launch after it
+    std::uint64_t clip_ns = 0;  // at most this much of it counts (time since the lease's start)
+  };
+  CUevent spell_end_ = nullptr;   // last event of the last spell that left the allocation idle
+  std::uint32_t idle_epoch_ = 0;  // usage.busy_epoch then
+  bool left_idle_ = false;        // the last settle_idle_locked() left the allocation idle
+  GapProbe gap_;
+  // The last completed batch event and when it completed at the latest
+  // (completed_at_locked). Under mu_.
+  static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;
+  struct Anchor {
+    CUevent event = nullptr;
+    std::uint64_t at_ns = 0;
+    std::uint64_t since_ns = 0;  // the chain of bounds began then
+  } anchor_;
+};
+
+namespace detail {
+using Trackers = std::array<GpuTracker, shm::kMaxGpus>;
+extern std::atomic<Trackers*> g_trackers;
+Trackers& create_trackers() noexcept;
+}  // namespace detail
+
+// Tracker of limits.gpus[gpu] in this process (inline: on the fast path).
+inline GpuTracker& tracker(unsigned gpu) noexcept {
+  detail::Trackers* t = detail::g_trackers.load(std::memory_order_acquire);
+  if (!t) [[unlikely]]
+    t = &detail::create_trackers();
+  return (*t)[gpu % shm::kMaxGpus];
+}
+void reset_trackers_after_fork() noexcept;
+// Before the application's cuStreamDestroy(stream) is forwarded.
+void streams_destroying(CUstream stream) noexcept;
+// Around the application's cuCtxSynchronize (stream null, whole context) or
+// cuStreamSynchronize(stream), for the GPU of the current context. Returns
+// the tracker to call after_sync() on (null: none).
+GpuTracker* syncing(CUstream stream, bool whole_context) noexcept;
+
+std::uint64_t monotonic_now_ns() noexcept;
+// Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::uint64_t timeout_ns) noexcept;
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
+
+}  // namespace cushare::shim::gate

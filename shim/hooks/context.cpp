@@ -1,0 +1,152 @@
+// cuInit (where the shim initialises: after the real cuInit succeeded, never
+// before, and never calling cuInit itself) and the context lifecycle hooks
+// that charge context overhead.
+#include <mutex>
+
+#include "shim/accounting/context_overhead.hpp"
+#include "shim/hooks/decls.hpp"
+#include "shim/hooks/support.hpp"
+
+using namespace cushare::shim;
+
+extern "C" CUresult cuInit(unsigned int Flags) {
+  const RealDriver& r = real();
+  if (!r.cuInit) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult rc = r.cuInit(Flags);
+  if (rc != CUDA_SUCCESS) return rc;
+  return ensure_initialized();
+}
+
+namespace {
+
+// Context creation is rare and slow in the driver: one at a time per process,
+// so the NVML samples around each one see that one alone.
+std::mutex& creation_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+// Reserve the context's expected overhead, create, settle on what it took.
+template <class Call>
+CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
+  std::lock_guard serial(creation_mutex());
+  ContextReservation reservation(st, dev);
+  if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const MemorySample before = sample_memory(dev);
+  const CUresult rc = call();
+  if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
+  reservation.created(*pctx, before, sample_memory(dev));
+  return rc;
+}
+
+}  // namespace
+
+extern "C" CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuCtxCreate) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_ACCOUNT_OR(r.cuCtxCreate(pctx, flags, dev))
+  return measured_create(*st, pctx, dev, [&] { return r.cuCtxCreate(pctx, flags, dev); });
+}
+
+extern "C" CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuCtxCreate_v2) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v2(pctx, flags, dev))
+  return measured_create(*st, pctx, dev, [&] { return r.cuCtxCreate_v2(pctx, flags, dev); });
+}
+
+extern "C" CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                   unsigned int flags, CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuCtxCreate_v3) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev))
+  return measured_create(
+      *st, pctx, dev, [&] { return r.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev); });
+}
+
+extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
+                                   unsigned int flags, CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuCtxCreate_v4) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev))
+  return measured_create(*st, pctx, dev,
+                         [&] { return r.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev); });
+}
+
+extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  const RealDriver& r = real();
+  const CUresult rc = r.cuCtxDestroy_v2(ctx);
+  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
+    context_destroyed(*st, ctx, -1);
+  return rc;
+}
+
+extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
+  const RealDriver& r = real();
+  if (!r.cuCtxDestroy) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = r.cuCtxDestroy(ctx);
+  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
+    context_destroyed(*st, ctx, -1);
+  return rc;
+}
+
+namespace {
+
+bool primary_active(CUdevice dev) {
+  unsigned int flags = 0;
+  int active = 0;
+  const RealDriver& r = real();
+  return r.cuDevicePrimaryCtxGetState &&
+         r.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active;
+}
+
+template <class Call>
+CUresult primary_release(CUdevice dev, Call&& call) {
+  const CUresult rc = call();
+  const AllocationState* st = allocation_state();
+  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) context_destroyed(*st, nullptr, dev);
+  return rc;
+}
+
+}  // namespace
+
+extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const RealDriver& r = real();
+  CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
+  std::lock_guard serial(creation_mutex());
+  if (primary_active(dev)) {
+    // Active already: retained before (charged then), or made through the
+    // runtime's private path (charged now, the first time the shim sees it).
+    charge_unseen_primary(*st, dev);
+    return r.cuDevicePrimaryCtxRetain(pctx, dev);
+  }
+  ContextReservation reservation(*st, dev);
+  if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const MemorySample before = sample_memory(dev);
+  const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
+  if (rc != CUDA_SUCCESS) return rc;
+  reservation.created(nullptr, before, sample_memory(dev));
+  return rc;
+}
+
+extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  const RealDriver& r = real();
+  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease_v2(dev); });
+}
+
+extern "C" CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuDevicePrimaryCtxRelease) return CUDA_ERROR_NOT_FOUND;
+  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease(dev); });
+}
+
+extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  const RealDriver& r = real();
+  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset_v2(dev); });
+}
+
+extern "C" CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  const RealDriver& r = real();
+  if (!r.cuDevicePrimaryCtxReset) return CUDA_ERROR_NOT_FOUND;
+  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset(dev); });
+}

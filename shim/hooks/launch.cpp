@@ -1,0 +1,332 @@
+// Launch hooks (every host-side launch path passes the compute gate of
+// launch_gate.hpp, owned by the scheduler work), graph launch/upload (also
+// settle graph memory), and stream-capture tracking.
+#include "shim/accounting/capture_tracker.hpp"
+#include "shim/accounting/graph_accounting.hpp"
+#include "shim/gate/launch_gate.hpp"
+#include "shim/gate/tracker.hpp"
+#include "shim/hooks/decls.hpp"
+#include "shim/process/shim_env.hpp"
+
+using namespace cushare::shim;
+
+namespace {
+
+// Under CUSHARE_DISABLE=1 (or before initialisation, or failed) there is no
+// allocation state, and enter and exit pass straight through.
+template <class Call>
+CUresult gated(CUstream stream, Call&& call) {
+  if (const CUresult g = launch_gate_enter(stream); g != CUDA_SUCCESS) return g;
+  const CUresult rc = call();
+  launch_gate_exit(stream, rc);
+  return rc;
+}
+
+// Graph launches and uploads: reserve the graph memory the executable may
+// add first (refuse when it does not fit), settle on the real growth after.
+template <class Call>
+CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
+  const AllocationState* st = allocation_state();
+  std::uint64_t reserved = 0;
+  if (st && !graph_launch_reserve(*st, exec, reserved)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult rc = gate ? gated(stream, call) : call();
+  if (st) {
+    if (rc == CUDA_SUCCESS) {
+      graph_memory_settle(*st, reserved);
+    } else if (reserved) {
+      graph_memory_settle(*st, reserved);  // returns the reservation; nothing grew
+    }
+  }
+  return rc;
+}
+
+// After any instantiation: the executable inherits the graph's memory needs.
+CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
+  if (rc == CUDA_SUCCESS && exec) graph_instantiated(*exec, graph);
+  return rc;
+}
+
+template <class Call>
+CUresult begin_capture(CUstream stream, Call&& call) {
+  const CUresult rc = call();
+  if (rc == CUDA_SUCCESS) capture_began(stream);
+  return rc;
+}
+
+template <class Call>
+CUresult end_capture(CUstream stream, CUgraph* graph, Call&& call) {
+  const CUresult rc = call();
+  // A failed end still ends (invalidates) the capture.
+  const std::uint64_t captured = capture_ended(stream);
+  if (rc == CUDA_SUCCESS && graph && *graph && captured) graph_add_alloc(*graph, captured);
+  return rc;
+}
+
+}  // namespace
+
+extern "C" CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                   unsigned int gridDimZ, unsigned int blockDimX,
+                                   unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream,
+                                   void** kernelParams, void** extra) {
+  const RealDriver& r = real();
+  return gated(hStream, [&] {
+    return r.cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                            sharedMemBytes, hStream, kernelParams, extra);
+  });
+}
+
+extern "C" CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX,
+                                        unsigned int blockDimY, unsigned int blockDimZ,
+                                        unsigned int sharedMemBytes, CUstream hStream,
+                                        void** kernelParams, void** extra) {
+  const RealDriver& r = real();
+  return gated(hStream, [&] {
+    return r.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                                 sharedMemBytes, hStream, kernelParams, extra);
+  });
+}
+
+extern "C" CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
+                                     void** kernelParams, void** extra) {
+  const RealDriver& r = real();
+  return gated(config ? config->hStream : nullptr,
+               [&] { return r.cuLaunchKernelEx(config, f, kernelParams, extra); });
+}
+
+extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                          void** kernelParams, void** extra) {
+  const RealDriver& r = real();
+  return gated(config ? config->hStream : nullptr,
+               [&] { return r.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra); });
+}
+
+extern "C" CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                              unsigned int gridDimY, unsigned int gridDimZ,
+                                              unsigned int blockDimX, unsigned int blockDimY,
+                                              unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                              CUstream hStream, void** kernelParams) {
+  const RealDriver& r = real();
+  return gated(hStream, [&] {
+    return r.cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                                       blockDimZ, sharedMemBytes, hStream, kernelParams);
+  });
+}
+
+extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                   unsigned int gridDimY, unsigned int gridDimZ,
+                                                   unsigned int blockDimX, unsigned int blockDimY,
+                                                   unsigned int blockDimZ,
+                                                   unsigned int sharedMemBytes, CUstream hStream,
+                                                   void** kernelParams) {
+  const RealDriver& r = real();
+  return gated(hStream, [&] {
+    return r.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                                            blockDimZ, sharedMemBytes, hStream, kernelParams);
+  });
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
+                                                         unsigned int numDevices,
+                                                         unsigned int flags) {
+  const RealDriver& r = real();
+  if (!r.cuLaunchCooperativeKernelMultiDevice) return CUDA_ERROR_NOT_FOUND;
+  CUstream stream = launchParamsList && numDevices ? launchParamsList[0].hStream : nullptr;
+  return gated(stream, [&] {
+    return r.cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
+  });
+}
+#pragma GCC diagnostic pop
+
+extern "C" CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  const RealDriver& r = real();
+  return graph_run(hGraphExec, hStream, true, [&] { return r.cuGraphLaunch(hGraphExec, hStream); });
+}
+
+extern "C" CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  const RealDriver& r = real();
+  return graph_run(hGraphExec, hStream, true,
+                   [&] { return r.cuGraphLaunch_ptsz(hGraphExec, hStream); });
+}
+
+extern "C" CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  const RealDriver& r = real();
+  return graph_run(hGraphExec, hStream, false,
+                   [&] { return r.cuGraphUpload(hGraphExec, hStream); });
+}
+
+extern "C" CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  const RealDriver& r = real();
+  return graph_run(hGraphExec, hStream, false,
+                   [&] { return r.cuGraphUpload_ptsz(hGraphExec, hStream); });
+}
+
+extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode* dependencies, size_t numDependencies,
+                                           CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  const RealDriver& r = real();
+  const CUresult rc =
+      r.cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+  if (rc == CUDA_SUCCESS && nodeParams) graph_add_alloc(hGraph, nodeParams->bytesize);
+  return rc;
+}
+
+// Every instantiation, the pre-12.0 ABIs too (cudaVersion 10000 and 11000
+// through cuGetProcAddress, or binaries linked against an older libcuda):
+// the executable inherits the graph's memory needs, so that its launches
+// reserve before they run.
+extern "C" CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                       CUgraphNode* phErrorNode, char* logBuffer,
+                                       size_t bufferSize) {
+  const RealDriver& r = real();
+  if (!r.cuGraphInstantiate) return CUDA_ERROR_NOT_FOUND;
+  return instantiated(r.cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+                      phGraphExec, hGraph);
+}
+
+extern "C" CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                          CUgraphNode* phErrorNode, char* logBuffer,
+                                          size_t bufferSize) {
+  const RealDriver& r = real();
+  if (!r.cuGraphInstantiate_v2) return CUDA_ERROR_NOT_FOUND;
+  return instantiated(
+      r.cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), phGraphExec,
+      hGraph);
+}
+
+extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                unsigned long long flags) {
+  const RealDriver& r = real();
+  return instantiated(r.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), phGraphExec,
+                      hGraph);
+}
+
+extern "C" CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  const RealDriver& r = real();
+  return instantiated(r.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams),
+                      phGraphExec, hGraph);
+}
+
+extern "C" CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  const RealDriver& r = real();
+  return instantiated(r.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams),
+                      phGraphExec, hGraph);
+}
+
+extern "C" CUresult cuStreamBeginCapture(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamBeginCapture) return CUDA_ERROR_NOT_FOUND;
+  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture(hStream); });
+}
+
+extern "C" CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamBeginCapture_ptsz) return CUDA_ERROR_NOT_FOUND;
+  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_ptsz(hStream); });
+}
+
+extern "C" CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  const RealDriver& r = real();
+  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_v2(hStream, mode); });
+}
+
+extern "C" CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  const RealDriver& r = real();
+  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_v2_ptsz(hStream, mode); });
+}
+
+extern "C" CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                                const CUgraphNode* dependencies,
+                                                const CUgraphEdgeData* dependencyData,
+                                                size_t numDependencies, CUstreamCaptureMode mode) {
+  const RealDriver& r = real();
+  if (!r.cuStreamBeginCaptureToGraph) return CUDA_ERROR_NOT_FOUND;
+  return begin_capture(hStream, [&] {
+    return r.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
+                                         numDependencies, mode);
+  });
+}
+
+extern "C" CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                     const CUgraphNode* dependencies,
+                                                     const CUgraphEdgeData* dependencyData,
+                                                     size_t numDependencies,
+                                                     CUstreamCaptureMode mode) {
+  const RealDriver& r = real();
+  if (!r.cuStreamBeginCaptureToGraph_ptsz) return CUDA_ERROR_NOT_FOUND;
+  return begin_capture(hStream, [&] {
+    return r.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
+                                              numDependencies, mode);
+  });
+}
+
+extern "C" CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  const RealDriver& r = real();
+  return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture(hStream, phGraph); });
+}
+
+extern "C" CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  const RealDriver& r = real();
+  return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
+}
+
+// Stream destruction: the gate may still need the handle for a tail of
+// launches (gate/tracker.hpp); it records that tail first.
+extern "C" CUresult cuStreamDestroy(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamDestroy) return CUDA_ERROR_NOT_FOUND;
+  gate::streams_destroying(hStream);
+  return r.cuStreamDestroy(hStream);
+}
+
+extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
+  const RealDriver& r = real();
+  gate::streams_destroying(hStream);
+  return r.cuStreamDestroy_v2(hStream);
+}
+
+// Synchronisation: when it returns, the work it waited for is complete; the
+// launch gate learns so at once (gate/tracker.hpp, after_sync), so the
+// idle gap before the next launch is measured rather than charged.
+namespace {
+template <typename Sync>
+CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
+  gate::GpuTracker* tr = gate::syncing(stream, whole_context);
+  const CUresult rc = sync();
+  if (tr && rc == CUDA_SUCCESS) tr->after_sync();
+  return rc;
+}
+}  // namespace
+
+extern "C" CUresult cuCtxSynchronize() {
+  const RealDriver& r = real();
+  if (!r.cuCtxSynchronize) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize(); });
+}
+
+extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  const RealDriver& r = real();
+  if (!r.cuCtxSynchronize_v2) return CUDA_ERROR_NOT_FOUND;
+  // Another context than the current one says nothing about the tracker's.
+  CUcontext current = nullptr;
+  if (ctx && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
+  if (ctx && ctx != current) return r.cuCtxSynchronize_v2(ctx);
+  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize_v2(ctx); });
+}
+
+extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamSynchronize) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize(hStream); });
+}
+
+extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  const RealDriver& r = real();
+  if (!r.cuStreamSynchronize_ptsz) return CUDA_ERROR_NOT_FOUND;
+  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize_ptsz(hStream); });
+}

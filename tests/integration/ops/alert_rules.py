@@ -54,7 +54,8 @@ def parse(text):
 
 
 def series(name, labels):
-    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    # Prometheus stores no empty label: `pod=""` is no pod label at all.
+    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if v != "")
     return f"{name}{{{inner}}}"
 
 

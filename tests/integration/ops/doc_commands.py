@@ -6,6 +6,8 @@ before its fence must be a marker (docs/architecture.md, "Commands in the
 docs"):
 
   <!-- doctest: run -->            run it (prompt blocks: the `$ ` lines only)
+  <!-- doctest: run; needs: portable -->  only where the build makes portable
+                                   libraries (not under sanitizers)
   <!-- doctest: skip: REASON -->   not here, and why (a cluster, docker, root
                                    on the host, a real GPU, ...)
 
@@ -35,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "lib"))
 import cushare_test as ct  # noqa: E402
 
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
-MARKER = re.compile(r"^\s*<!-- doctest: (run|skip:(.*?)|setup:(.*?)) -->\s*$")
+MARKER = re.compile(r"^\s*<!-- doctest: (run(?:; needs: (\w+))?|skip:(.*?)|setup:(.*?)) -->\s*$")
 SHELLS = ("sh", "bash", "console")
 BLOCK_TIMEOUT = 300  # generous: a loaded 2-core machine; nothing here is timed
 
@@ -45,7 +47,7 @@ class Block:
         self.path, self.line, self.lang = path, line, lang
         self.body = textwrap.dedent("\n".join(l[len(indent):] if l.startswith(indent) else l
                                               for l in body))
-        self.action, self.reason, self.setup = None, "", []
+        self.action, self.reason, self.setup, self.needs = None, "", [], None
 
     def where(self):
         return f"{self.path}:{self.line}"
@@ -82,11 +84,12 @@ def blocks_of(path, rel):
                 k -= 1
             mm = MARKER.match(lines[k]) if k >= 0 else None
             if mm and not mm.group(1).startswith("setup:"):
-                b.action = "run" if mm.group(1) == "run" else "skip"
-                b.reason = (mm.group(2) or "").strip()
+                b.action = "run" if mm.group(1).startswith("run") else "skip"
+                b.needs = mm.group(2)
+                b.reason = (mm.group(3) or "").strip()
                 k -= 1
                 while k >= 0 and (sm := MARKER.match(lines[k])) and sm.group(1).startswith("setup:"):
-                    b.setup.insert(0, sm.group(3).strip())
+                    b.setup.insert(0, sm.group(4).strip())
                     k -= 1
             out.append(b)
         i = j + 1
@@ -143,6 +146,8 @@ def main():
     ap.add_argument("--source-dir",
                     default=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
     ap.add_argument("--only", help="one file, e.g. docs/docker.md")
+    ap.add_argument("--portable", default="ON",
+                    help="OFF: the build makes no portable libraries (sanitizers)")
     a = ap.parse_args()
     build = ct.Build(a.build_dir)
     files = ["README.md"] + sorted(os.path.relpath(p, a.source_dir)
@@ -161,6 +166,11 @@ def main():
                 problems.append(f"{b.where()}: a skip needs a reason")
             elif b.action == "skip":
                 skipped.append(f"{b.where()}: {b.reason}")
+            elif b.needs not in (None, "portable"):
+                problems.append(f"{b.where()}: unknown need '{b.needs}'")
+            elif b.needs == "portable" and a.portable != "ON":
+                b.action = "skip"
+                skipped.append(f"{b.where()}: this build makes no portable libraries")
         runnable = [b for b in blocks if b.action == "run"]
         if not runnable:
             continue

@@ -23,26 +23,42 @@ const DeviceSlot& device_slot(CUdevice dev) {
   return driver().file->state().devices[physical(dev)];
 }
 
-CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Context** out) {
+// Takes an engine slot for a context on `device` (charging its overhead).
+CUresult open_engine_slot(int device, int32_t* slot, uint64_t* generation) {
   Driver& d = driver();
-  bool oom = false;
-  int32_t slot;
-  uint64_t generation = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     StateLock lock(*d.file, attempt == 1);
-    slot = create_context(lock.state(), d.proc, static_cast<uint32_t>(physical(dev)),
-                          lock.state().header.context_overhead, lock.now(), &oom);
-    if (slot >= 0) {
-      generation = lock.state().contexts[slot].generation;
-      break;
+    bool oom = false;
+    *slot = create_context(lock.state(), d.proc, static_cast<uint32_t>(device),
+                           lock.state().header.context_overhead, lock.now(), &oom);
+    if (*slot >= 0) {
+      *generation = lock.state().contexts[*slot].generation;
+      return CUDA_SUCCESS;
     }
   }
-  if (slot < 0) return oom ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OUT_OF_MEMORY;
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+// Gives the slot back (its queued work is dropped, its overhead returned) and
+// everything the context owns with it.
+void close_engine_slot(Context* ctx) {
+  destroy_context_state(ctx);
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  SharedState& s = lock.state();
+  if (ctx->slot >= 0 && s.contexts[ctx->slot].generation == ctx->generation)
+    destroy_context(s, ctx->slot, lock.now());
+}
+
+CUresult create_context_object(CUdevice dev, unsigned flags, Context** out) {
+  Driver& d = driver();
+  int32_t slot = -1;
+  uint64_t generation = 0;
+  if (CUresult r = open_engine_slot(physical(dev), &slot, &generation); r != CUDA_SUCCESS) return r;
   auto* ctx = new Context();
   ctx->slot = slot;
   ctx->generation = generation;
   ctx->device = physical(dev);
-  ctx->primary = primary;
   ctx->flags = flags;
   ctx->default_stream.ctx = ctx;
   std::lock_guard<std::mutex> guard(d.mu);
@@ -55,18 +71,67 @@ CUresult create_context_object(CUdevice dev, unsigned flags, bool primary, Conte
 }
 
 void destroy_context_object(Context* ctx) {
+  close_engine_slot(ctx);
   Driver& d = driver();
-  {
-    StateLock lock(*d.file);
-    SharedState& s = lock.state();
-    if (s.contexts[ctx->slot].generation == ctx->generation)
-      destroy_context(s, ctx->slot, lock.now());
-  }
   std::lock_guard<std::mutex> guard(d.mu);
   std::erase(d.contexts, ctx);
   // The handle is invalid from now on; the object stays allocated because other
   // threads' context stacks and its streams and events still point at it.
   unregister_handle(ctx, HandleKind::context);
+}
+
+// The primary context of every device is one handle for the life of the
+// process, as in the driver: it exists before the first retain (inactive: it
+// may be made current, but work in it is CUDA_ERROR_CONTEXT_IS_DESTROYED),
+// and release-to-zero or reset deactivate it without invalidating it.
+void make_primary_handles() {
+  Driver& d = driver();
+  for (int i = 0; i < visible_count(); ++i) {
+    auto* ctx = new Context();
+    ctx->device = physical(i);
+    ctx->primary = true;
+    ctx->active = false;
+    ctx->default_stream.ctx = ctx;
+    ctx->id = d.next_id++;
+    d.primary[i] = ctx;
+    register_handle(ctx, HandleKind::context);
+  }
+}
+
+// Caller holds the primary lock of the device.
+CUresult activate_primary(CUdevice dev) {
+  Driver& d = driver();
+  Context* ctx = d.primary[dev];
+  int32_t slot = -1;
+  uint64_t generation = 0;
+  if (CUresult r = open_engine_slot(ctx->device, &slot, &generation); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(d.mu);
+  ctx->slot = slot;
+  ctx->generation = generation;
+  ctx->flags = d.primary_flags[dev];
+  ctx->last_seq = 0;
+  ctx->default_stream.last_seq = 0;
+  ctx->active = true;
+  d.contexts.push_back(ctx);
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the primary lock of the device.
+void deactivate_primary(CUdevice dev) {
+  Driver& d = driver();
+  Context* ctx = d.primary[dev];
+  if (!ctx->active) return;
+  ctx->active = false;  // new work is refused from here on
+  close_engine_slot(ctx);
+  std::lock_guard<std::mutex> guard(d.mu);
+  std::erase(d.contexts, ctx);
+  d.primary_refs[dev] = 0;
+}
+
+// Serialises retain, release and reset of the primary contexts.
+std::mutex& primary_lock() {
+  static auto* mu = new std::mutex();
+  return *mu;
 }
 
 }  // namespace
@@ -161,6 +226,7 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
   d.proc = chosen;
   d.pid = p.pid;
   d.init_error = CUDA_SUCCESS;
+  make_primary_handles();
   pthread_atfork(nullptr, nullptr, [] { driver().forked = true; });
   d.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
@@ -418,23 +484,12 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
-  static std::mutex creating;  // one primary context per device, even under racing threads
-  std::lock_guard<std::mutex> once(creating);
-  {
-    std::lock_guard<std::mutex> guard(d.mu);
-    if (context_alive(d.primary[dev])) {
-      ++d.primary_refs[dev];
-      *pctx = reinterpret_cast<CUcontext>(d.primary[dev]);
-      return CUDA_SUCCESS;
-    }
+  std::lock_guard<std::mutex> once(primary_lock());
+  if (!d.primary[dev]->active) {
+    if (CUresult r = activate_primary(dev); r != CUDA_SUCCESS) return r;
   }
-  Context* ctx = nullptr;
-  if (CUresult r = create_context_object(dev, d.primary_flags[dev], true, &ctx); r != CUDA_SUCCESS)
-    return r;
-  std::lock_guard<std::mutex> guard(d.mu);
-  d.primary[dev] = ctx;
-  d.primary_refs[dev] = 1;
-  *pctx = reinterpret_cast<CUcontext>(ctx);
+  ++d.primary_refs[dev];
+  *pctx = reinterpret_cast<CUcontext>(d.primary[dev]);
   return CUDA_SUCCESS;
 }
 
@@ -446,21 +501,24 @@ FAKEGPU_API CUresult fakegpuPrivatePrimaryCtxRetain(CUcontext* pctx, CUdevice de
   return cuDevicePrimaryCtxRetain(pctx, dev);
 }
 
+// The runtime also reads the primary context's handle through that interface
+// before it retains it, and makes it current first.
+FAKEGPU_API CUresult fakegpuPrivatePrimaryCtxGet(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(driver().primary[dev]);
+  return CUDA_SUCCESS;
+}
+
 FAKEGPU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
-  Context* victim = nullptr;
-  {
-    std::lock_guard<std::mutex> guard(d.mu);
-    if (d.primary[dev] == nullptr || d.primary_refs[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (--d.primary_refs[dev] == 0) {
-      victim = d.primary[dev];
-      d.primary[dev] = nullptr;
-    }
-  }
-  if (victim) {
-    wait_for(victim, victim->last_seq.load());
-    destroy_context_object(victim);
+  std::lock_guard<std::mutex> once(primary_lock());
+  if (!d.primary[dev]->active || d.primary_refs[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--d.primary_refs[dev] == 0) {
+    Context* ctx = d.primary[dev];
+    wait_for(ctx, ctx->last_seq.load());
+    deactivate_primary(dev);
   }
   return CUDA_SUCCESS;
 }
@@ -473,9 +531,9 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fl
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
-  std::lock_guard<std::mutex> guard(d.mu);
+  std::lock_guard<std::mutex> once(primary_lock());
   d.primary_flags[dev] = flags;
-  if (d.primary[dev]) d.primary[dev]->flags = flags;
+  d.primary[dev]->flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -487,23 +545,16 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flag
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
-  std::lock_guard<std::mutex> guard(d.mu);
+  std::lock_guard<std::mutex> once(primary_lock());
   *flags = d.primary_flags[dev];
-  *active = d.primary[dev] != nullptr && d.primary_refs[dev] > 0;
+  *active = d.primary[dev]->active ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
-  Driver& d = driver();
-  Context* victim = nullptr;
-  {
-    std::lock_guard<std::mutex> guard(d.mu);
-    victim = d.primary[dev];
-    d.primary[dev] = nullptr;
-    d.primary_refs[dev] = 0;
-  }
-  if (victim) destroy_context_object(victim);
+  std::lock_guard<std::mutex> once(primary_lock());
+  deactivate_primary(dev);
   return CUDA_SUCCESS;
 }
 
@@ -517,7 +568,7 @@ FAKEGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevic
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr || (flags & ~0x1fu)) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = nullptr;
-  if (CUresult r = create_context_object(dev, flags, false, &ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = create_context_object(dev, flags, &ctx); r != CUDA_SUCCESS) return r;
   context_stack().push_back(ctx);  // a new context becomes current
   *pctx = reinterpret_cast<CUcontext>(ctx);
   return CUDA_SUCCESS;

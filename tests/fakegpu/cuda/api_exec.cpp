@@ -62,7 +62,11 @@ bool ptx_has_entry(const std::string& ptx, const std::string& name) {
 CUresult load_module(const void* image, bool library, Module** out) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (image == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!library && current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // A module belongs to the current context; a library to the process.
+  Context* owner = nullptr;
+  if (!library) {
+    if (CUresult r = need_context(&owner); r != CUDA_SUCCESS) return r;
+  }
   auto* m = new Module();
   m->image = image_bytes(image, &m->ptx);
   m->library = library;
@@ -72,7 +76,7 @@ CUresult load_module(const void* image, bool library, Module** out) {
     return CUDA_ERROR_INVALID_IMAGE;
   }
   std::lock_guard<std::mutex> guard(driver().mu);
-  register_handle(m, module_kind(library));
+  register_handle(m, module_kind(library), owner);
   *out = m;
   return CUDA_SUCCESS;
 }
@@ -125,16 +129,20 @@ CUresult get_function(const void* handle, const HandleKind (&kinds)[N], const ch
   return CUDA_SUCCESS;
 }
 
-CUresult unload(const void* handle, HandleKind kind) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> guard(driver().mu);
-  if (!unregister_handle(handle, kind)) return CUDA_ERROR_INVALID_HANDLE;
-  auto* m = static_cast<Module*>(const_cast<void*>(handle));
+// Caller holds driver().mu and has forgotten the module's handle.
+void delete_module(Module* m) {
   for (auto& [name, fn] : m->functions) unregister_handle(fn.get(), HandleKind::function);
   // Function objects stay allocated (leaked): a launch racing the unload on
   // another thread may still be reading the one it looked up.
   for (auto& [name, fn] : m->functions) (void)fn.release();
   delete m;
+}
+
+CUresult unload(const void* handle, HandleKind kind) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (!unregister_handle(handle, kind)) return CUDA_ERROR_INVALID_HANDLE;
+  delete_module(static_cast<Module*>(const_cast<void*>(handle)));
   return CUDA_SUCCESS;
 }
 
@@ -377,7 +385,8 @@ FAKEGPU_API CUresult cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
   if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (as_function(reinterpret_cast<CUfunction>(kernel)) == nullptr)
     return CUDA_ERROR_INVALID_HANDLE;
-  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   *pFunc = reinterpret_cast<CUfunction>(kernel);
   return CUDA_SUCCESS;
 }
@@ -495,6 +504,11 @@ FAKEGPU_API CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback
   return cuStreamAddCallback(hStream, callback, userData, flags);
 }
 
+void fakegpu::drop_module(void* module) {
+  std::lock_guard<std::mutex> guard(driver().mu);
+  delete_module(static_cast<Module*>(module));
+}
+
 // ---- streams ----
 
 FAKEGPU_API CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags,
@@ -502,15 +516,15 @@ FAKEGPU_API CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (phStream == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)))
     return CUDA_ERROR_INVALID_VALUE;
-  Context* c = current_context();
-  if (!context_alive(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   auto* s = new Stream();
   s->ctx = c;
   s->flags = flags;
   s->priority = std::clamp(priority, -5, 0);
   std::lock_guard<std::mutex> guard(driver().mu);
   s->id = driver().next_id++;
-  register_handle(s, HandleKind::stream);
+  register_handle(s, HandleKind::stream, c);
   *phStream = reinterpret_cast<CUstream>(s);
   return CUDA_SUCCESS;
 }
@@ -591,7 +605,8 @@ FAKEGPU_STREAM_GETTER(cuStreamGetDevice, CUdevice, ordinal_of(s->ctx->device))
 FAKEGPU_API CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (phEvent == nullptr || (Flags & ~0xFu)) return CUDA_ERROR_INVALID_VALUE;
-  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   int32_t slot;
   {
@@ -602,8 +617,8 @@ FAKEGPU_API CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   auto* e = new Event();
   e->slot = slot;
   e->flags = Flags;
-  e->ctx = current_context();
-  register_handle(e, HandleKind::event);
+  e->ctx = c;
+  register_handle(e, HandleKind::event, c);
   *phEvent = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
@@ -613,13 +628,14 @@ FAKEGPU_API CUresult cuEventDestroy_v2(CUevent hEvent) {
   // Forgotten first, so only one of two racing destroys frees the slot. The
   // object stays allocated: another thread's call in flight may still read it.
   if (!unregister_handle(hEvent, HandleKind::event)) return CUDA_ERROR_INVALID_HANDLE;
-  Event* e = reinterpret_cast<Event*>(hEvent);
-  Driver& d = driver();
-  {
-    StateLock lock(*d.file);
-    destroy_event(lock.state(), e->slot);
-  }
+  drop_event(hEvent);
   return CUDA_SUCCESS;
+}
+
+void fakegpu::drop_event(void* event) {
+  Driver& d = driver();
+  StateLock lock(*d.file);
+  destroy_event(lock.state(), static_cast<Event*>(event)->slot);
 }
 
 FAKEGPU_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {

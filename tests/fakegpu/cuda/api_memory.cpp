@@ -25,18 +25,10 @@ uint64_t device_footprint(uint64_t size) {
   return bytes;
 }
 
-CUresult need_context(Context** out) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  Context* c = current_context();
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!context_alive(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  *out = c;
-  return CUDA_SUCCESS;
-}
-
 // Reserves addresses, charges the device and records the region.
-CUresult allocate_region(uint64_t size, RegionKind kind, int device, CUdeviceptr* out,
+CUresult allocate_region(uint64_t size, RegionKind kind, const Context* owner, CUdeviceptr* out,
                          uint64_t alignment = kAlign) {
+  const int device = owner->device;
   if (size == 0 || size > kMaxAllocationBytes)
     return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
   const uint64_t charged = device_footprint(size);
@@ -55,6 +47,7 @@ CUresult allocate_region(uint64_t size, RegionKind kind, int device, CUdeviceptr
   r.kind = kind;
   r.device = device;
   r.charged = charged;
+  r.owner = owner;
   r.backing = std::make_shared<Backing>();
   r.backing->size = size;
   d.regions[base] = std::move(r);
@@ -86,6 +79,22 @@ CUresult free_region(uint64_t base, std::initializer_list<RegionKind> kinds) {
   if (victim.kind == RegionKind::graph) graph_memory_freed(victim.device, victim.size);
   return CUDA_SUCCESS;
 }
+
+}  // namespace
+
+void fakegpu::free_owned_regions(const Context* owner) {
+  std::vector<uint64_t> bases;
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    for (const auto& [base, region] : driver().regions) {
+      if (region.owner == owner) bases.push_back(base);
+    }
+  }
+  for (uint64_t base : bases)
+    (void)free_region(base, {RegionKind::device, RegionKind::pitch, RegionKind::managed});
+}
+
+namespace {
 
 // The stream a copy/memset runs on, resolved (with the current context)
 // before the transfer touches any byte, so a bad stream changes nothing.
@@ -242,7 +251,7 @@ CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   a->bytes = bytes;
   a->device = c->device;
   std::lock_guard<std::mutex> guard(driver().mu);
-  register_handle(a, HandleKind::array);
+  register_handle(a, HandleKind::array, c);
   *out = reinterpret_cast<CUarray>(a);
   return CUDA_SUCCESS;
 }
@@ -255,7 +264,7 @@ FAKEGPU_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   Context* c = nullptr;
   if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return allocate_region(bytesize, RegionKind::device, c->device, dptr);
+  return allocate_region(bytesize, RegionKind::device, c, dptr);
 }
 
 FAKEGPU_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
@@ -271,8 +280,7 @@ FAKEGPU_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_
   uint64_t pitch = 0, total = 0;
   if (!round_up(WidthInBytes, 512, &pitch) || !mul_size(pitch, Height, &total))
     return CUDA_ERROR_OUT_OF_MEMORY;
-  if (CUresult r = allocate_region(total, RegionKind::pitch, c->device, dptr); r != CUDA_SUCCESS)
-    return r;
+  if (CUresult r = allocate_region(total, RegionKind::pitch, c, dptr); r != CUDA_SUCCESS) return r;
   *pPitch = pitch;
   return CUDA_SUCCESS;
 }
@@ -300,6 +308,7 @@ FAKEGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsig
   r.kind = RegionKind::managed;
   r.device = c->device;
   r.charged = charged;
+  r.owner = c;
   r.owns_va = false;
   r.mapped_host = true;
   r.backing = std::make_shared<Backing>();
@@ -419,11 +428,12 @@ FAKEGPU_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attri
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: {
       const CUdevice ordinal = ordinal_of(r->device);
-      Context* owner = ordinal >= 0 ? d.primary[ordinal] : nullptr;
+      const Context* owner = r->owner;
+      if (!owner && ordinal >= 0) owner = d.primary[ordinal];
       for (Context* c : d.contexts) {
         if (!owner && c->device == r->device) owner = c;
       }
-      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(owner);
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(const_cast<Context*>(owner));
       return CUDA_SUCCESS;
     }
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
@@ -580,9 +590,14 @@ FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
     std::lock_guard<std::mutex> guard(driver().mu);
     if (!unregister_handle(a, HandleKind::array)) return CUDA_ERROR_INVALID_HANDLE;
   }
+  drop_array(a);
+  return CUDA_SUCCESS;
+}
+
+void fakegpu::drop_array(void* array) {
+  auto* a = static_cast<ArrayObject*>(array);
   uncharge_device(a->device, a->bytes);
   delete a;
-  return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out, CUarray hArray) {
@@ -706,7 +721,7 @@ FAKEGPU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
   m->bytes = bytes;
   m->device = c->device;
   std::lock_guard<std::mutex> guard(driver().mu);
-  register_handle(m, HandleKind::mipmapped_array);
+  register_handle(m, HandleKind::mipmapped_array, c);
   *pHandle = reinterpret_cast<CUmipmappedArray>(m);
   return CUDA_SUCCESS;
 }
@@ -718,9 +733,14 @@ FAKEGPU_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
     std::lock_guard<std::mutex> guard(driver().mu);  // as in cuArrayDestroy
     if (!unregister_handle(m, HandleKind::mipmapped_array)) return CUDA_ERROR_INVALID_HANDLE;
   }
+  drop_mipmapped_array(m);
+  return CUDA_SUCCESS;
+}
+
+void fakegpu::drop_mipmapped_array(void* mipmap) {
+  auto* m = static_cast<MipmappedObject*>(mipmap);
   uncharge_device(m->device, m->bytes);
   delete m;
-  return CUDA_SUCCESS;
 }
 
 FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,

@@ -97,6 +97,15 @@ Context* current_context() {
   return tls_stack.empty() ? nullptr : tls_stack.back();
 }
 
+CUresult need_context(Context** out) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  Context* c = current_context();
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!context_alive(c) || !c->active) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
 void set_current(Context* ctx) {
   if (tls_stack.empty()) {
     if (ctx) tls_stack.push_back(ctx);
@@ -139,6 +148,7 @@ uint64_t clamp_sleep(uint64_t hint) {
 }
 
 bool slot_matches(const SharedState& s, const Context* ctx) {
+  if (ctx->slot < 0) return false;  // an inactive primary context
   const ContextSlot& c = s.contexts[ctx->slot];
   return c.state == SlotState::live && c.generation == ctx->generation;
 }

@@ -43,6 +43,9 @@ struct Context {
   uint64_t generation = 0;
   int device = 0;
   bool primary = false;
+  // A primary context outside retain..release-to-zero/reset keeps its handle
+  // but has no engine slot (slot -1): work in it is CONTEXT_IS_DESTROYED.
+  std::atomic<bool> active{true};
   unsigned flags = 0;
   uint64_t id = 0;
   Stream default_stream;  // legacy NULL stream and per-thread default streams share it
@@ -91,9 +94,10 @@ struct Region {
   uint64_t charged = 0;  // bytes charged to the device for this region (0 for mappings/imports)
   std::shared_ptr<Backing> backing;
   uint64_t backing_offset = 0;
-  bool owns_va = true;       // release the address range on free
-  void* pool = nullptr;      // async allocations: owning pool
-  bool mapped_host = false;  // host/managed: the address is real host memory we allocated
+  bool owns_va = true;             // release the address range on free
+  void* pool = nullptr;            // async allocations: owning pool
+  const Context* owner = nullptr;  // freed with this context (plain, pitched, managed, pinned)
+  bool mapped_host = false;        // host/managed: the address is real host memory we allocated
 };
 
 struct Driver {
@@ -143,6 +147,19 @@ std::vector<int> parse_visible_devices(const char* text, const SharedState& s);
 CUresult check_ready();
 // Current context of the calling thread (nullptr if none).
 Context* current_context();
+// The current context if work may be done in it: CUDA_ERROR_INVALID_CONTEXT
+// without one, CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed one or an
+// inactive primary context.
+CUresult need_context(Context** out);
+// Destroys what a context owns (modules, streams, events, arrays, memory), as
+// the driver does when the context is destroyed or a primary context reset.
+void destroy_context_state(Context* ctx);
+// Destroyers of owned objects whose handles take_owned_handles() forgot.
+void drop_module(void* module);
+void drop_event(void* event);
+void drop_array(void* array);
+void drop_mipmapped_array(void* mipmap);
+void free_owned_regions(const Context* owner);
 void set_current(Context* ctx);
 std::vector<Context*>& context_stack();
 

@@ -6,6 +6,8 @@
 // kind gets the driver's error instead of a dereference of a wild pointer.
 #include <cstdint>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace fakegpu {
 
@@ -26,11 +28,14 @@ enum class HandleKind : uint8_t {
 };
 
 // Records `object` as a live handle of `kind` (replacing whatever a freed
-// object at the same address was).
-void register_handle(const void* object, HandleKind kind);
+// object at the same address was). `owner` is the context whose destruction
+// destroys the object too (its modules, streams, events, arrays), or nullptr.
+void register_handle(const void* object, HandleKind kind, const void* owner = nullptr);
 // Forgets `object` if it is a live handle of `kind`. Returns false, changing
 // nothing, if it is not: callers use it as the atomic "destroy once" step.
 bool unregister_handle(const void* object, HandleKind kind);
+// Forgets every handle `owner` owns and returns them, for the owner to destroy.
+std::vector<std::pair<void*, HandleKind>> take_owned_handles(const void* owner);
 // Whether `object` is a live handle of `kind`. Never dereferences it.
 bool is_handle(const void* object, HandleKind kind);
 

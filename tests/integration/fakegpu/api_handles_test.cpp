@@ -15,17 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "tests/integration/fakegpu/noop_ptx.hpp"
+
 namespace {
 
-constexpr const char* kPtx = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry noop()
-{
-  ret;
-}
-)";
+constexpr const char* kPtx = fakegpu_test::kNoopPtx;
 
 std::string error_name(CUresult r) {
   const char* name = nullptr;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "scheduler/host_pids.hpp"
+#include "scheduler/pod_identity_file.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
 #include "shm/quota_ledger.hpp"
@@ -338,7 +339,9 @@ void Daemon::ground_truth(std::uint64_t now) {
   const std::uint64_t window = last_truth_ns_ ? now - last_truth_ns_ : 0;
   last_truth_ns_ = now;
   std::vector<GpuProcesses> gpus;
-  for (auto& uuid : nvml_.gpu_uuids()) {
+  const auto uuids = nvml_.gpu_uuids();
+  for (unsigned i = 0; i < uuids.size(); ++i) gpu_indices_[uuids[i]] = i;
+  for (auto& uuid : uuids) {
     GpuProcesses g{.uuid = uuid};
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
     if (auto b = nvml_.process_busy(uuid)) g.busy = std::move(*b), g.busy_ok = true;
@@ -514,13 +517,20 @@ void Daemon::kill_process(Allocation& a, unsigned entry, const ProcessUse& victi
       a.id, entry, why, host_pid);
 }
 
-void Daemon::publish_figures(std::uint64_t) {
+void Daemon::publish_figures(std::uint64_t now) {
   DaemonMetrics m;
   auto& allocs = registry_.allocations();
   m.allocations = allocs.size();
   m.reclaimed_slots_total = reclaimed_slots_;
   m.reclaimed_bytes_total = reclaimed_bytes_;
   m.ledger_repairs_total = ledger_repairs_;
+  if (now >= next_identities_ns_) {
+    identities_.clear();
+    for (const auto& [alloc_id, a] : allocs) {
+      if (auto who = read_pod_identity(config_.run_dir, alloc_id)) identities_[alloc_id] = *who;
+    }
+    next_identities_ns_ = now + 1'000'000'000;
+  }
   for (auto& [id, ref] : tenants_) {
     auto it = allocs.find(ref.alloc_id);
     if (it == allocs.end()) continue;
@@ -556,7 +566,13 @@ void Daemon::publish_figures(std::uint64_t) {
     TenantMetrics t;
     t.allocation = ref.alloc_id;
     t.gpu_uuid = ref.gpu_key.empty() ? ref.uuid : ref.gpu_key;
-    t.gpu_index = ref.gpu;
+    if (auto g = gpu_indices_.find(t.gpu_uuid); g != gpu_indices_.end())
+      t.gpu = std::to_string(g->second);
+    if (auto who = identities_.find(ref.alloc_id); who != identities_.end()) {
+      t.pod = who->second.pod;
+      t.pod_namespace = who->second.pod_namespace;
+      t.container = who->second.container;
+    }
     t.mode = lim.mode == shm::ComputeMode::kCapped ? "capped" : "burst";
     t.compute_limit_pct = lim.compute_limit_pct;
     t.weight = lim.weight;

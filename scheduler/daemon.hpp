@@ -21,6 +21,7 @@
 #include "scheduler/metrics.hpp"
 #include "scheduler/nvml_reader.hpp"
 #include "scheduler/process_verifier.hpp"
+#include "shm/pod_identity.hpp"
 
 namespace cushare::sched {
 
@@ -118,6 +119,11 @@ class Daemon {
   std::uint64_t next_housekeeping_ns_ = 0;
   std::uint64_t next_nvml_ns_ = 0;
   std::uint64_t next_figures_ns_ = 0;
+  // Metrics labels: each GPU's NVML index (learnt with ground truth) and each
+  // allocation's pod (re-read every second from the plugin's files).
+  std::map<std::string, unsigned> gpu_indices_;
+  std::map<std::string, shm::PodIdentity> identities_;
+  std::uint64_t next_identities_ns_ = 0;
   std::uint64_t next_step_ns_ = 0;
   std::uint64_t reclaimed_slots_ = 0;
   std::uint64_t reclaimed_bytes_ = 0;

@@ -21,9 +21,13 @@ std::string escape_label(const std::string& v) {
   return out;
 }
 
+// Only labels that stay fixed for a series' life: a changed value would start
+// a new series and break rate() over counters.
 std::string labels(const TenantMetrics& t) {
-  return fmt::format("allocation=\"{}\",gpu=\"{}\",gpu_index=\"{}\",mode=\"{}\"",
-                     escape_label(t.allocation), escape_label(t.gpu_uuid), t.gpu_index, t.mode);
+  return fmt::format(
+      "allocation=\"{}\",gpu=\"{}\",UUID=\"{}\",pod=\"{}\",namespace=\"{}\",container=\"{}\"",
+      escape_label(t.allocation), escape_label(t.gpu), escape_label(t.gpu_uuid),
+      escape_label(t.pod), escape_label(t.pod_namespace), escape_label(t.container));
 }
 
 void family(std::string& out, const DaemonMetrics& m, const char* name, const char* type,
@@ -61,6 +65,14 @@ std::string render_prometheus(const DaemonMetrics& m) {
          [](T t) { return std::optional<double>(t.compute_limit_pct / 100.0); });
   family(out, m, "cushare_compute_weight", "gauge", "Fair-share weight.",
          [](T t) { return std::optional<double>(t.weight); });
+  out +=
+      "# HELP cushare_compute_mode_info Compute mode of the allocation on the GPU (value 1): "
+      "capped (never above its limit) or burst (may use idle time).\n"
+      "# TYPE cushare_compute_mode_info gauge\n";
+  for (const auto& t : m.tenants) {
+    out += fmt::format("cushare_compute_mode_info{{{},mode=\"{}\"}} 1\n", labels(t),
+                       escape_label(t.mode));
+  }
   family(out, m, "cushare_throttled_seconds_total", "counter",
          "Time launches spent waiting at the launch gate.",
          [](T t) { return std::optional<double>(t.throttled_ns / 1e9); });

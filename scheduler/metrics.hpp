@@ -10,9 +10,17 @@ namespace cushare::sched {
 
 struct TenantMetrics {
   std::string allocation;
+  // dcgm-exporter's GPU labels, so the two join: `gpu` is the GPU's NVML
+  // index on the node ("" while NVML does not know it, e.g. a '*' entry whose
+  // GPU is not known yet), `UUID` its UUID.
+  std::string gpu;
   std::string gpu_uuid;
-  unsigned gpu_index = 0;  // entry in the allocation's limits.gpus[]
-  std::string mode;        // "capped" / "burst"
+  // The pod the allocation belongs to (RUN/identity, written by the device
+  // plugin); empty for allocations made without Kubernetes.
+  std::string pod;
+  std::string pod_namespace;
+  std::string container;
+  std::string mode;  // "capped" / "burst": a series of its own, it can change
   std::uint32_t compute_limit_pct = 100;
   std::uint32_t weight = 100;
   std::uint64_t memory_used_bytes = 0;

@@ -6,11 +6,10 @@
 #include <fstream>
 #include <sstream>
 
-#include <grpcpp/grpcpp.h>
-#include <pod_resources_v1.grpc.pb.h>
 #include <spdlog/spdlog.h>
 
 #include "deploy/device-plugin/allocation_plan.hpp"
+#include "deploy/device-plugin/pod_resources_client.hpp"
 #include "shm/region_file.hpp"
 
 namespace cushare::plugin {
@@ -22,31 +21,10 @@ namespace {
 constexpr char kCheckpointName[] = "kubelet_internal_checkpoint";
 
 std::optional<std::set<std::string>> FromPodResources(const PluginConfig& config) {
-  std::error_code ec;
-  if (!fs::exists(config.pod_resources_socket, ec)) return std::nullopt;
-  auto channel = grpc::CreateChannel("unix://" + config.pod_resources_socket,
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Clock::now() + std::chrono::seconds(5));
-  v1::ListPodResourcesResponse resp;
-  const auto status = stub->List(&ctx, v1::ListPodResourcesRequest{}, &resp);
-  if (!status.ok()) {
-    spdlog::warn("PodResources List on {} failed: {}", config.pod_resources_socket,
-                 status.error_message());
-    return std::nullopt;
-  }
+  const auto containers = ListPodResources(config);
+  if (!containers) return std::nullopt;
   std::set<std::string> live;
-  for (const auto& pod : resp.pod_resources()) {
-    for (const auto& container : pod.containers()) {
-      for (const auto& devices : container.devices()) {
-        if (devices.resource_name() != config.resource_name || devices.device_ids().empty())
-          continue;
-        std::vector<std::string> ids(devices.device_ids().begin(), devices.device_ids().end());
-        live.insert(AllocationIdFor(ids));
-      }
-    }
-  }
+  for (const auto& c : *containers) live.insert(AllocationIdFor(c.device_ids));
   return live;
 }
 
@@ -110,36 +88,9 @@ std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir)
 }
 
 AllocationCleaner::AllocationCleaner(const PluginConfig& config, AllocationStore& store)
-    : config_(config), store_(store) {}
-
-AllocationCleaner::~AllocationCleaner() {
-  Stop();
-}
-
-void AllocationCleaner::Start() {
-  thread_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    while (!stop_) {
-      lock.unlock();
-      try {
-        RunOnce();
-      } catch (const std::exception& e) {
-        spdlog::warn("allocation cleanup failed: {}", e.what());
-      }
-      lock.lock();
-      cv_.wait_for(lock, config_.cleanup_interval, [&] { return stop_; });
-    }
-  });
-}
-
-void AllocationCleaner::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+    : config_(config),
+      store_(store),
+      task_("allocation cleanup", config.cleanup_interval, [this] { RunOnce(); }) {}
 
 std::vector<std::string> AllocationCleaner::RunOnce() {
   const auto live = GatherLiveAllocations(config_);

@@ -3,14 +3,11 @@
 // checkpoint, folder ages, live process slots) and applies cleanup_policy.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "deploy/device-plugin/allocation_store.hpp"
 #include "deploy/device-plugin/cleanup_policy.hpp"
+#include "deploy/device-plugin/periodic_task.hpp"
 #include "deploy/device-plugin/plugin_config.hpp"
 
 namespace cushare::plugin {
@@ -24,22 +21,16 @@ std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir)
 class AllocationCleaner {
  public:
   AllocationCleaner(const PluginConfig& config, AllocationStore& store);
-  ~AllocationCleaner();
-  AllocationCleaner(const AllocationCleaner&) = delete;
-  AllocationCleaner& operator=(const AllocationCleaner&) = delete;
 
-  void Start();
-  void Stop();
+  void Start() { task_.Start(); }
+  void Stop() { task_.Stop(); }
   // One pass; returns the allocation ids removed.
   std::vector<std::string> RunOnce();
 
  private:
   const PluginConfig& config_;
   AllocationStore& store_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicTask task_;
 };
 
 }  // namespace cushare::plugin

@@ -16,6 +16,7 @@
 #include "deploy/device-plugin/device_health.hpp"
 #include "deploy/device-plugin/device_id.hpp"
 #include "deploy/device-plugin/health_watcher.hpp"
+#include "deploy/device-plugin/identity_publisher.hpp"
 #include "deploy/device-plugin/nvml_library.hpp"
 #include "deploy/device-plugin/plugin_config.hpp"
 #include "deploy/device-plugin/plugin_runner.hpp"
@@ -38,7 +39,7 @@ struct Overrides {
   std::optional<unsigned> units_per_gpu;
   std::optional<double> memory_ratio, compute_ratio;
   std::optional<bool> health_checks, ld_so_preload;
-  std::optional<std::uint64_t> cleanup_interval, cleanup_min_age, orphan_age;
+  std::optional<std::uint64_t> cleanup_interval, cleanup_min_age, orphan_age, pod_identity_interval;
 
   void AddTo(CLI::App& app) {
     app.add_option("--resource-name", resource_name, "extended resource (cushare.io/vgpu)");
@@ -66,6 +67,8 @@ struct Overrides {
     app.add_option("--cleanup-interval-seconds", cleanup_interval, "cleanup period");
     app.add_option("--cleanup-min-age-seconds", cleanup_min_age, "never remove younger folders");
     app.add_option("--orphan-age-seconds", orphan_age, "age rule without a liveness source");
+    app.add_option("--pod-identity-interval-seconds", pod_identity_interval,
+                   "how often pod identities for metrics are read from PodResources (5)");
     // Checked here so the error names the flag; the config file's logLevel
     // is checked by ValidateConfig.
     app.add_option("--log-level", log_level, "trace | debug | info | warn | error | critical | off")
@@ -100,6 +103,9 @@ struct Overrides {
     if (cleanup_interval) c.cleanup_interval = std::chrono::seconds(*cleanup_interval);
     if (cleanup_min_age) c.cleanup_min_age = std::chrono::seconds(*cleanup_min_age);
     if (orphan_age) c.orphan_age = std::chrono::seconds(*orphan_age);
+    if (pod_identity_interval) {
+      c.pod_identity_interval = std::chrono::seconds(*pod_identity_interval);
+    }
     set(c.log_level, log_level);
   }
 };
@@ -187,6 +193,8 @@ int main(int argc, char** argv) {
     if (config.health_checks) health_watcher.Start();
     AllocationCleaner cleaner(config, store);
     cleaner.Start();
+    IdentityPublisher identities(config);
+    identities.Start();
     PluginRunner runner(inventory, config, health, store);
 
     std::thread signal_thread([&] {
@@ -210,6 +218,7 @@ int main(int argc, char** argv) {
     runner.Run();
     health.Close();
     cleaner.Stop();
+    identities.Stop();
     health_watcher.Stop();
   } catch (const std::exception& e) {
     spdlog::critical("cushare-device-plugin: {}", e.what());

@@ -119,6 +119,10 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"orphanAgeSeconds",
        [](auto& c, auto& v, auto& k) { c.orphan_age = std::chrono::seconds(GetUnsigned(v, k)); }},
+      {"podIdentityIntervalSeconds",
+       [](auto& c, auto& v, auto& k) {
+         c.pod_identity_interval = std::chrono::seconds(GetUnsigned(v, k));
+       }},
       {"logLevel", [](auto& c, auto& v, auto& k) { c.log_level = Get<std::string>(v, k); }},
   };
   return setters;
@@ -254,6 +258,9 @@ void ValidateConfig(const PluginConfig& c) {
         fmt::format("cdiKind must look like 'vendor.com/class', got '{}'", c.cdi_kind));
   }
   if (c.cleanup_interval.count() < 1) throw ConfigError("cleanupIntervalSeconds must be >= 1");
+  if (c.pod_identity_interval.count() < 1) {
+    throw ConfigError("podIdentityIntervalSeconds must be >= 1");
+  }
   if (c.orphan_age < c.cleanup_min_age) {
     throw ConfigError("orphanAgeSeconds must not be smaller than cleanupMinAgeSeconds");
   }

@@ -59,6 +59,8 @@ struct PluginConfig {
   std::chrono::seconds cleanup_interval{60};
   std::chrono::seconds cleanup_min_age{600};       // never remove anything younger
   std::chrono::seconds orphan_age{7 * 24 * 3600};  // fallback rule, see docs/kubernetes.md
+  // How often pod identities (metrics labels) are taken from PodResources.
+  std::chrono::seconds pod_identity_interval{5};
 
   std::string log_level = "info";
 };

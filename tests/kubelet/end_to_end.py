@@ -4,11 +4,16 @@ path translated to the host path its mount names, since a test cannot bind
 mount): libcushare.so comes from the generated ld.so.preload, the quotas from
 the allocation's `limits` file. The memory quota must be 25 % of the card and
 the GPU time of a capped tenant at most its 25 % share (two scenarios:
-end_to_end_memory, end_to_end_compute)."""
+end_to_end_memory, end_to_end_compute). end_to_end_metrics: cushared labels
+the allocation's series with the pod the kubelet's PodResources names."""
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
+import time
+import urllib.request
 
 import kubelet as kl
 
@@ -63,12 +68,20 @@ def scenario_compute(node):
     """Compute, with the node daemon as in a real deployment (the DaemonSet
     runs it next to the plugin): it grants the GPU-time leases."""
     env = allocate_quarter(node, "--compute-mode", "capped")
-    assert node.args.cushared, "--cushared is required"
-    daemon_log = open(os.path.join(node.tmp, "cushared.log"), "w")
-    daemon = subprocess.Popen([node.args.cushared, "--run-dir", node.run_dir], env=node.env,
-                              stdout=daemon_log, stderr=subprocess.STDOUT)
-    try:
+    with cushared(node):
         check_compute_share(node, env, node.args.samples_dir)
+
+
+@contextlib.contextmanager
+def cushared(node, *extra):
+    """The node daemon, as the DaemonSet runs it next to the plugin; its log
+    is printed when the block fails."""
+    assert node.args.cushared, "--cushared is required"
+    log = open(os.path.join(node.tmp, "cushared.log"), "w")
+    daemon = subprocess.Popen([node.args.cushared, "--run-dir", node.run_dir] + list(extra),
+                              env=node.env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield daemon
     except BaseException:
         with open(os.path.join(node.tmp, "cushared.log")) as f:
             print("---- cushared log ----\n" + f.read()[-4000:])
@@ -94,3 +107,58 @@ def device_busy_ns(node):
     stat = subprocess.run([node.args.fakegpu_stat, "--json"], env=node.env, capture_output=True,
                           text=True, check=True)
     return json.loads(stat.stdout)["devices"][0]["busy_ns"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scenario_metrics(node):
+    """Pod identity reaches the metrics through the plugin's node-owned
+    RUN/identity folder, never through the tenant's allocation folder."""
+    node.kubelet.serve_pod_resources(node.pod_resources)
+    node.start("--pod-identity-interval-seconds", "1")
+    k = node.kubelet
+    ids = k.choose(25)
+    alloc_id = k.allocate(ids).annotations["cushare.io/alloc-id"]
+    (uuid,) = node.uuid_order()
+    # The tenant names itself after another pod in the folder it can write.
+    with open(os.path.join(node.run_dir, "alloc", alloc_id, "identity"), "w") as f:
+        f.write('{"pod": "victim", "namespace": "kube-system", "container": "x"}')
+    with k.cond:
+        k.pods = {"trainer": [ids]}
+    identity = os.path.join(node.run_dir, "identity", alloc_id)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(identity) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(identity) as f:
+        assert json.load(f) == {"pod": "trainer", "namespace": "default", "container": "c0"}
+    assert os.stat(identity).st_mode & 0o777 == 0o644
+    port = free_port()
+    labels = ('{allocation="%s",gpu="0",UUID="%s",pod="trainer",namespace="default",'
+              'container="c0"}' % (alloc_id, uuid))
+    want = "cushare_memory_quota_bytes%s %d" % (labels, 20 * GI)
+    text = ""
+    with cushared(node, "--metrics-addr", "127.0.0.1:%d" % port):
+        deadline = time.monotonic() + 15
+        while want not in text and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                              timeout=2).read().decode()
+            except OSError:
+                continue
+        assert want in text, "no %r in:\n%s" % (want, text[-3000:])
+        assert "victim" not in text
+        mode_lines = [line for line in text.splitlines() if "mode=" in line]
+        assert mode_lines == ["cushare_compute_mode_info%s,mode=\"burst\"} 1" % labels[:-1]], \
+            mode_lines
+        # The pod goes: its identity file goes with it.
+        with k.cond:
+            k.pods = {}
+        deadline = time.monotonic() + 10
+        while os.path.exists(identity) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(identity), "the gone pod's identity stayed"

@@ -504,7 +504,8 @@ SCENARIOS = {
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario",
-                   choices=sorted(SCENARIOS) + ["end_to_end_memory", "end_to_end_compute"])
+                   choices=sorted(SCENARIOS) + ["end_to_end_memory", "end_to_end_compute",
+                                           "end_to_end_metrics"])
     p.add_argument("--plugin", required=True)
     p.add_argument("--proto-dir", required=True)
     p.add_argument("--fakegpu-dir", required=True)

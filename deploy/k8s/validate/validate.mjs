@@ -112,6 +112,12 @@ if (!ds) {
     fail("the metrics Service does not select the DaemonSet's pods");
   }
 }
+// hostPID and hostPath volumes (and privileged) are refused by the baseline
+// and restricted Pod Security levels: the namespace must say it allows them.
+const ns = find("Namespace", (n) => n.metadata.name === "cushare-system")[0];
+if (ns?.metadata?.labels?.["pod-security.kubernetes.io/enforce"] !== "privileged") {
+  fail("Namespace cushare-system: label pod-security.kubernetes.io/enforce=privileged missing");
+}
 const vgpuPods = find("Pod", (p) =>
   p.spec.containers.some((c) => String(c.resources?.limits?.["cushare.io/vgpu"]) === "25"));
 if (vgpuPods.length === 0) fail("no example pod requesting cushare.io/vgpu: 25");

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/jit_log.hpp"
 
 using namespace fakegpu;
 
@@ -127,6 +128,11 @@ CUresult get_function(const void* handle, const HandleKind (&kinds)[N], const ch
   }
   *out = it->second.get();
   return CUDA_SUCCESS;
+}
+
+// What the JIT error log says about a load's result (empty on success).
+const char* jit_error_text(CUresult r) {
+  return r == CUDA_ERROR_INVALID_IMAGE ? "fakegpu: the image is not PTX, a cubin or a fatbin" : "";
 }
 
 // Caller holds driver().mu and has forgotten the module's handle.
@@ -293,8 +299,11 @@ FAKEGPU_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
 FAKEGPU_API CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
                                         unsigned int numOptions, CUjit_option* options,
                                         void** optionValues) {
-  (void)numOptions, (void)options, (void)optionValues;
-  return cuModuleLoadData(module, image);
+  if (numOptions > 0 && (options == nullptr || optionValues == nullptr))
+    return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = cuModuleLoadData(module, image);
+  fill_jit_logs(numOptions, options, optionValues, "", jit_error_text(r));
+  return r;
 }
 
 FAKEGPU_API CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
@@ -340,11 +349,13 @@ FAKEGPU_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
                                        CUjit_option* jitOptions, void** jitOptionsValues,
                                        unsigned int numJitOptions, CUlibraryOption* libraryOptions,
                                        void** libraryOptionValues, unsigned int numLibraryOptions) {
-  (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
   (void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+  if (numJitOptions > 0 && (jitOptions == nullptr || jitOptionsValues == nullptr))
+    return CUDA_ERROR_INVALID_VALUE;
   Module* m = nullptr;
   CUresult r = load_module(code, true, &m);
   if (r == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(m);
+  fill_jit_logs(numJitOptions, jitOptions, jitOptionsValues, "", jit_error_text(r));
   return r;
 }
 
@@ -423,6 +434,15 @@ FAKEGPU_API CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CU
       break;
   }
   return CUDA_SUCCESS;
+}
+
+// A kernel's attributes are its function's on the given device.
+FAKEGPU_API CUresult cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel,
+                                          CUdevice dev) {
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return cuFuncGetAttribute(pi, attrib, reinterpret_cast<CUfunction>(kernel));
 }
 
 FAKEGPU_API CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
-#include "tools/gpu_info.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/set_request.hpp"
-#include "tools/status_json.hpp"
+#include "node/gpu_info.hpp"
+#include "node/region_reader.hpp"
+#include "node/run_dir.hpp"
+#include "node/set_request.hpp"
+#include "node/status_json.hpp"
 
 namespace cushare::sched {
 

@@ -14,8 +14,8 @@
 #include <functional>
 #include <vector>
 
+#include "node/status_model.hpp"
 #include "scheduler/control_server.hpp"
-#include "tools/status_model.hpp"
 
 namespace cushare::sched {
 

@@ -8,16 +8,15 @@
 #include <cstring>
 #include <memory>
 
+#include "scheduler/control_handler.hpp"
+#include "scheduler/control_server.hpp"
 #include "scheduler/daemon.hpp"
 #include "scheduler/daemon_options.hpp"
 #include "scheduler/metrics.hpp"
 #include "scheduler/metrics_server.hpp"
 #include "scheduler/run_dir_lock.hpp"
 #include "shm/mapping_guard.hpp"
-#ifdef CUSHARE_HAVE_CONTROL
-#include "scheduler/control_handler.hpp"
-#include "scheduler/control_server.hpp"
-#endif
+#include "shm/run_dir_layout.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -87,7 +86,6 @@ int main(int argc, char** argv) {
     spdlog::info("metrics on http://{}/metrics", metrics_server->address());
   }
 
-#ifdef CUSHARE_HAVE_CONTROL
   // cusharectl's control socket (<run-dir>/cushared.sock); the daemon runs
   // without it if it cannot be made (cusharectl then reads the regions).
   std::unique_ptr<RunDirControlHandler> control_handler;
@@ -95,13 +93,12 @@ int main(int argc, char** argv) {
   try {
     control_handler = std::make_unique<RunDirControlHandler>(ControlHandlerConfig{
         .run_dir = opts->daemon.run_dir, .quantum_ns = opts->daemon.scheduler.quantum_ns});
-    control_server =
-        std::make_unique<ControlServer>(opts->daemon.run_dir / "cushared.sock", *control_handler);
+    control_server = std::make_unique<ControlServer>(
+        opts->daemon.run_dir / cushare::shm::kSocketName, *control_handler);
     spdlog::info("control socket {}", control_server->socket_path().string());
   } catch (const std::exception& e) {
     spdlog::warn("no control socket: {}", e.what());
   }
-#endif
 
   if (opts->realtime_priority > 0) {
     // Only this thread (the scheduler's): the metrics and control threads,
@@ -118,9 +115,7 @@ int main(int argc, char** argv) {
   }
   daemon->run(g_stop);
 
-#ifdef CUSHARE_HAVE_CONTROL
   if (control_server) control_server->stop();
-#endif
 
   if (metrics_server) metrics_server->stop();
   spdlog::info("stopped");

@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "node/gpu_info.hpp"
+#include "node/run_dir.hpp"
+#include "node/status_json.hpp"
 #include "tools/control_client.hpp"
-#include "tools/gpu_info.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/status_json.hpp"
 
 namespace cushare::tools {
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tools/status_model.hpp"
+#include "node/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -4,14 +4,14 @@
 
 #include <iostream>
 
+#include "node/region_reader.hpp"
+#include "node/run_dir.hpp"
 #include "shm/mapping_guard.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/command_suggest.hpp"
 #include "tools/commands.hpp"
 #include "tools/control_client.hpp"
 #include "tools/global_options.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/run_dir.hpp"
 
 #ifndef CUSHARE_VERSION
 #error "CUSHARE_VERSION comes from project(VERSION) in the top-level CMakeLists.txt"

@@ -10,17 +10,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "node/gpu_info.hpp"
+#include "node/region_reader.hpp"
+#include "node/run_dir.hpp"
+#include "node/set_request.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/region_file.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/commands.hpp"
-#include "tools/gpu_info.hpp"
 #include "tools/gpu_selector.hpp"
 #include "tools/install_paths.hpp"
 #include "tools/path_args.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/set_request.hpp"
 
 namespace cushare::tools {
 

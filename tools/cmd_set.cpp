@@ -3,13 +3,13 @@
 #include <filesystem>
 #include <iostream>
 
+#include "node/gpu_info.hpp"
+#include "node/region_reader.hpp"
+#include "node/run_dir.hpp"
+#include "node/set_request.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/commands.hpp"
 #include "tools/control_client.hpp"
-#include "tools/gpu_info.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/set_request.hpp"
 
 namespace cushare::tools {
 

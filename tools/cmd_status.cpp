@@ -1,9 +1,9 @@
 // status and inspect: one snapshot, as a table or as JSON.
 #include <iostream>
 
+#include "node/status_json.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/commands.hpp"
-#include "tools/status_json.hpp"
 #include "tools/status_render.hpp"
 
 namespace cushare::tools {

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "node/run_dir.hpp"
 #include "tools/control_client.hpp"
-#include "tools/run_dir.hpp"
 #include "tools/table.hpp"
 
 namespace cushare::tools {

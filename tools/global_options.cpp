@@ -2,9 +2,9 @@
 
 #include <cstdlib>
 
+#include "node/run_dir.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/path_args.hpp"
-#include "tools/run_dir.hpp"
 
 namespace cushare::tools {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/status_model.hpp"
+#include "node/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "tools/format.hpp"
+#include "node/format.hpp"
 #include "tools/table.hpp"
 
 namespace cushare::tools {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "tools/status_model.hpp"
+#include "node/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shim/gate/duty_cycle_plan.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
 namespace {
@@ -77,7 +78,7 @@ std::uint32_t duty_offset_for(const std::string& alloc_folder, const std::string
                               std::uint32_t limit_pct, std::uint64_t now) noexcept {
   try {
     const std::filesystem::path folder(alloc_folder);
-    if (folder.parent_path().filename() != "alloc") return 0;  // not in a node run dir
+    if (folder.parent_path().filename() != shm::kAllocDirName) return 0;  // not in a node run dir
     const auto table = folder.parent_path().parent_path() / kDutyTableName;
     const int fd =
         ::open(table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);

@@ -25,6 +25,7 @@
 #include "shim/gate/duty_cycle_table.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
 namespace {
@@ -119,9 +120,9 @@ bool node_has_daemon_socket(const AllocationState& st) noexcept {
   v = 0;
   try {
     const std::filesystem::path folder(st.run_dir);
-    if (folder.parent_path().filename() == "alloc") {
+    if (folder.parent_path().filename() == shm::kAllocDirName) {
       struct stat sb {};
-      const auto sock = folder.parent_path().parent_path() / "cushared.sock";
+      const auto sock = folder.parent_path().parent_path() / shm::kSocketName;
       v = ::stat(sock.c_str(), &sb) == 0 && S_ISSOCK(sb.st_mode) ? 1 : 0;
     }
   } catch (...) {

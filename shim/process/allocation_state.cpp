@@ -25,6 +25,7 @@
 #include "shm/process_slots.hpp"
 #include "shm/quota_spec.hpp"
 #include "shm/region_file.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
 namespace detail {
@@ -160,8 +161,8 @@ shm::Parsed<std::pair<std::uint64_t, std::uint64_t>> verified_managed_limits(
 std::optional<std::string> open_regions_locked(Holder& h, const fs::path& dir,
                                                const std::vector<shm::GpuQuotaSpec>& spec,
                                                const std::optional<ManagedMount>& managed) {
-  const fs::path limits_path = dir / "limits";
-  const fs::path usage_path = dir / "usage";
+  const fs::path limits_path = dir / shm::kLimitsName;
+  const fs::path usage_path = dir / shm::kUsageName;
   try {
     std::error_code ec;
     if (managed) {
@@ -231,7 +232,7 @@ std::optional<std::string> open_regions_locked(Holder& h, const fs::path& dir,
 // turn it into one.
 bool is_node_run_dir(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_directory(dir / "alloc", ec) && !fs::exists(dir / "limits", ec);
+  return fs::is_directory(dir / shm::kAllocDirName, ec) && !fs::exists(dir / shm::kLimitsName, ec);
 }
 
 // Where this process's allocation is: the managed one the mount table shows

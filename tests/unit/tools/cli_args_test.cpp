@@ -5,14 +5,14 @@
 
 #include <stdexcept>
 
+#include "node/status_model.hpp"
+#include "node/whole_bytes.hpp"
 #include "region_fixture.hpp"
 #include "scenario.hpp"
 #include "tools/command_suggest.hpp"
 #include "tools/gpu_selector.hpp"
 #include "tools/output_format.hpp"
 #include "tools/path_args.hpp"
-#include "tools/status_model.hpp"
-#include "tools/whole_bytes.hpp"
 
 namespace cushare::tools {
 namespace {

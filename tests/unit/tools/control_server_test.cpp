@@ -5,15 +5,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "node/region_reader.hpp"
+#include "node/run_dir.hpp"
+#include "node/status_json.hpp"
 #include "region_fixture.hpp"
 #include "scenario.hpp"
 #include "scheduler/control_handler.hpp"
 #include "scheduler/control_server.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "tools/control_client.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/status_json.hpp"
 
 namespace cushare::sched {
 namespace {

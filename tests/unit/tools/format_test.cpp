@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "tools/format.hpp"
+#include "node/format.hpp"
 #include "tools/status_render.hpp"
 #include "tools/table.hpp"
 

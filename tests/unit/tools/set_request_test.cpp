@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
+#include "node/set_request.hpp"
 #include "region_fixture.hpp"
 #include "scenario.hpp"
 #include "shm/limits_seqlock.hpp"
-#include "tools/set_request.hpp"
 
 namespace cushare::tools {
 namespace {

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "golden.hpp"
+#include "node/run_dir.hpp"
+#include "node/status_json.hpp"
 #include "scenario.hpp"
-#include "tools/run_dir.hpp"
-#include "tools/status_json.hpp"
 #include "tools/status_render.hpp"
 
 namespace cushare::tools {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "node/run_dir.hpp"
 #include "scenario.hpp"
-#include "tools/run_dir.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "tools/status_model.hpp"
+#include "node/status_model.hpp"
 
 namespace cushare::tools {
 

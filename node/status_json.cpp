@@ -1,4 +1,4 @@
-#include "tools/status_json.hpp"
+#include "node/status_json.hpp"
 
 namespace cushare::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/format.hpp"
+#include "node/format.hpp"
 
 #include <array>
 #include <cinttypes>

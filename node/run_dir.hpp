@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "node/region_reader.hpp"
+#include "node/status_model.hpp"
 #include "shm/run_dir_layout.hpp"
-#include "tools/region_reader.hpp"
-#include "tools/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/whole_bytes.hpp"
+#include "node/whole_bytes.hpp"
 
 #include <string>
 

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "node/set_outcome.hpp"
+#include "node/status_model.hpp"
 #include "shm/layout.hpp"
 #include "shm/quantity.hpp"
-#include "tools/set_outcome.hpp"
-#include "tools/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/gpu_info.hpp"
+#include "node/gpu_info.hpp"
 
 #include <dlfcn.h>
 

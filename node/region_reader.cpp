@@ -1,4 +1,4 @@
-#include "tools/region_reader.hpp"
+#include "node/region_reader.hpp"
 
 namespace cushare::tools {
 

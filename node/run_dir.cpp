@@ -1,4 +1,4 @@
-#include "tools/run_dir.hpp"
+#include "node/run_dir.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,7 +1,7 @@
-#include "tools/set_outcome.hpp"
+#include "node/set_outcome.hpp"
 
-#include "tools/format.hpp"
-#include "tools/status_model.hpp"
+#include "node/format.hpp"
+#include "node/status_model.hpp"
 
 namespace cushare::tools {
 

@@ -1,12 +1,12 @@
-#include "tools/status_model.hpp"
+#include "node/status_model.hpp"
 
 #include <time.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "node/region_reader.hpp"
 #include "shm/limits_seqlock.hpp"
-#include "tools/region_reader.hpp"
 
 namespace cushare::tools {
 

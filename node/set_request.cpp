@@ -1,11 +1,11 @@
-#include "tools/set_request.hpp"
+#include "node/set_request.hpp"
 
 #include <cstring>
 
+#include "node/format.hpp"
+#include "node/whole_bytes.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/quota_spec.hpp"
-#include "tools/format.hpp"
-#include "tools/whole_bytes.hpp"
 
 namespace cushare::tools {
 

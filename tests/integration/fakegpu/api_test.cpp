@@ -530,6 +530,13 @@ TEST_F(Api, NvmlAgreesWithTheDriverView) {
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(samples[0].pid, static_cast<unsigned>(getpid()));
   EXPECT_GT(samples[0].smUtil, 0u);
+  // Too small a buffer (or none) is refused with the count it needs.
+  n = 0;
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(n, 1u);
+  n = 0;
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, nullptr, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(n, 1u);
   n = 4;
   EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, samples[0].timeStamp + 10'000'000),
             NVML_ERROR_NOT_FOUND);

@@ -26,7 +26,10 @@ std::uint64_t MemoryQuota(const GpuInfo& gpu, unsigned units, const PluginConfig
 }
 
 unsigned ComputePercent(unsigned units, const PluginConfig& c) {
-  const double pct = std::round(100.0 * units * c.compute_ratio / c.units_per_gpu);
+  // Floor, as for memory: rounded limits of one GPU's allocations could add
+  // up past 100 % (3 x 2 + 1 of 7 units: 29 + 29 + 29 + 14). The epsilon
+  // keeps 100 * 10 * 0.9 / 100 at 9, not 8.
+  const double pct = std::floor(100.0 * units * c.compute_ratio / c.units_per_gpu + 1e-9);
   return static_cast<unsigned>(std::clamp(pct, 1.0, 100.0));
 }
 

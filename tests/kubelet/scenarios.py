@@ -377,6 +377,42 @@ def scenario_straddle(node):
     assert node.plugin.poll() is None
 
 
+def scenario_no_overcommit(node):
+    """Random requests and releases through the kubelet: the live allocations'
+    quotas never add up to more than a GPU's memory or 100 % of its time."""
+    import random
+    units = 7  # one unit is 14.29 %: rounding must not add up past 100 %
+    node.start("--units-per-gpu", str(units))
+    k = node.kubelet
+    memory = {u: m for u, m in zip(node.uuid_order(), (80 * GI, 16 * GI))}
+    rng = random.Random(1234)
+    live = {}  # alloc id -> (ids, limits)
+    refused = 0
+    for step in range(200):
+        if live and rng.random() < 0.4:
+            alloc_id = rng.choice(sorted(live))
+            k.allocated.difference_update(live.pop(alloc_id)[0])
+        else:
+            free = len([i for i in k.latest().healthy() if i not in k.allocated])
+            n = rng.randint(1, units)
+            if n > free:
+                continue
+            ids = k.choose(n, use_preferred=rng.random() < 0.8)
+            try:
+                resp = k.allocate(ids)
+            except Exception:
+                refused += 1  # units of two GPUs: refused, nothing promised
+                continue
+            alloc_id = resp.annotations["cushare.io/alloc-id"]
+            live[alloc_id] = (ids, read_limits(os.path.join(node.run_dir, "alloc", alloc_id,
+                                                            "limits")))
+        for uuid, card in memory.items():
+            gpus = [g for _, lim in live.values() for g in lim["gpus"] if g["uuid"] == uuid]
+            assert sum(g["memory"] for g in gpus) <= card, (step, uuid, gpus)
+            assert sum(g["compute"] for g in gpus) <= 100, (step, uuid, gpus)
+    assert refused > 0 and len(live) > 0, (refused, len(live))
+
+
 def scenario_bad_ids(node):
     node.start()
     k = node.kubelet
@@ -494,6 +530,7 @@ SCENARIOS = {
                                    "numa": [0, 0]}),
     "spread": (scenario_spread, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
     "straddle": (scenario_straddle, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
+    "no_overcommit": (scenario_no_overcommit, {"devices": "H100-80GB:80Gi:132;T4:16Gi:40"}),
     "bad_ids": (scenario_bad_ids, {}),
     "bad_config": (scenario_bad_config, {}),
     "idempotent": (scenario_idempotent, {}),

@@ -102,6 +102,17 @@ TEST(AllocationPlan, RatiosModeAndSmallestShare) {
   EXPECT_EQ(plan.env.at("CUSHARE_COMPUTE_MODE"), "capped");
 }
 
+TEST(AllocationPlan, ComputeLimitsOfOneGpuNeverAddUpPast100) {
+  PluginConfig config;
+  config.units_per_gpu = 7;
+  // Rounded, 2 units of 7 were 29 % and 3 x 2 + 1 units promised 101 %.
+  EXPECT_EQ(PlanAllocation(TwoGpus(), Ids(kUuidA, 0, 2), config).gpus[0].compute_limit_pct, 28u);
+  EXPECT_EQ(PlanAllocation(TwoGpus(), Ids(kUuidA, 0, 1), config).gpus[0].compute_limit_pct, 14u);
+  config.units_per_gpu = 100;
+  config.compute_ratio = 0.9;
+  EXPECT_EQ(PlanAllocation(TwoGpus(), Ids(kUuidA, 0, 10), config).gpus[0].compute_limit_pct, 9u);
+}
+
 TEST(AllocationPlan, WholeGpuIsTheWholeCard) {
   PluginConfig config;
   const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidB, 0, 100), config);

@@ -251,7 +251,6 @@ void LeaseScheduler::end_lease(std::uint64_t now, bool idle) {
       it->end_ns = std::max(now, it->start_ns);
       it->idle_release = idle;
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
-      it->expected_at_end_ns = tenants_.at(*holder_).signals.expected_drain_ns;
       break;
     }
   }

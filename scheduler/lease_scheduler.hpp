@@ -11,10 +11,11 @@
 // nothing on the GPU (reported by its gate): busy time. Attributed time drives
 //  - weighted fair queueing: next holder = least virtual time
 //    (attributed time / weight) among tenants with demand;
-//  - the cap of `capped` tenants, enforced as a rate without banking: each
-//    attributed ns advances the tenant's cap clock by 1/limit ns and it may
-//    only be granted while its cap clock is not ahead of now, so in any
-//    interval T it is charged at most limit x T plus one quantum.
+//  - the cap of `capped` tenants, enforced as a rate with a bounded bank:
+//    each attributed ns advances the tenant's cap clock by 1/limit ns and it
+//    may only be granted while its cap clock is not ahead of now; the clock
+//    never lags now by more than cap_bank_ns, so in any interval T it is
+//    charged at most limit x (T + cap_bank) plus one quantum.
 #pragma once
 
 #include <cstdint>
@@ -94,7 +95,7 @@ struct SchedulerConfig {
 
 // What the daemon reads from a tenant's usage region on every step.
 struct TenantSignals {
-  std::uint32_t waiting = 0;            // threads blocked at the launch gate
+  std::uint32_t waiting = 0;            // processes with a thread held at the launch gate
   std::uint64_t last_submit_ns = 0;     // CLOCK_MONOTONIC of its last submission
   std::uint64_t drained_ns = 0;         // all work submitted up to here completed
   std::uint64_t expected_drain_ns = 0;  // when its submitted work should be done (estimate)
@@ -189,7 +190,6 @@ class LeaseScheduler {
     std::uint64_t start_ns;
     std::uint64_t end_ns = 0;                    // 0 while held
     std::uint64_t submit_mark_ns = 0;            // tenant's last submission when the lease ended
-    std::uint64_t expected_at_end_ns = 0;        // its expected_drain_ns when the lease ended
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
     std::optional<std::uint64_t> begun_ns;       // charged from here (see resume_grace_ns)
     bool idle_release = false;                   // given back for idleness (late_submit_ns)

@@ -3,7 +3,7 @@
 // containers, the daemon, the device plugin, cusharectl) agrees on these
 // offsets, so any change here bumps kLayoutVersion.
 //
-// Rules (ARCHITECTURE.md, "Shared-memory regions"):
+// Rules (docs/shm.md):
 //  - only std::atomic fields that are always lock-free, in standard-layout
 //    structs at fixed offsets (checked below);
 //  - no process-shared mutex anywhere: a process killed at any instruction
@@ -112,7 +112,7 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // bit in ProcessSlot::demand_gpus, so a reclaimer takes a killed waiter's
   // demand back).
   std::atomic<std::uint32_t> demand;
-  std::atomic<std::uint32_t> doorbell;        // bumped when demand appears (daemon may FUTEX_WAIT)
+  std::uint32_t unused0;                      // free (the daemon polls demand on its ticks)
   std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission
   std::atomic<std::uint64_t> drained_ns;      // all work submitted up to this time has completed
   std::atomic<std::uint64_t> launches;

@@ -1,4 +1,4 @@
-// Environment -> per-GPU quota spec (the ARCHITECTURE.md variable table).
+// Environment -> per-GPU quota spec (the variable table of docs/shim.md).
 // Pure: the environment comes through an injected lookup, the GPUs through a
 // list, so every precedence rule is unit-tested without touching the process
 // environment. See docs/shm.md for the precedence rules.

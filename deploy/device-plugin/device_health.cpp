@@ -12,11 +12,6 @@ bool DeviceHealth::MarkUnhealthy(const std::string& gpu_uuid) {
   return true;
 }
 
-bool DeviceHealth::IsHealthy(const std::string& gpu_uuid) const {
-  std::lock_guard lock(mu_);
-  return !unhealthy_.contains(gpu_uuid);
-}
-
 std::set<std::string> DeviceHealth::UnhealthyGpus() const {
   std::lock_guard lock(mu_);
   return unhealthy_;
@@ -40,11 +35,6 @@ void DeviceHealth::Close() {
     closed_ = true;
   }
   cv_.notify_all();
-}
-
-bool DeviceHealth::closed() const {
-  std::lock_guard lock(mu_);
-  return closed_;
 }
 
 }  // namespace cushare::plugin

@@ -17,7 +17,6 @@ class DeviceHealth {
  public:
   // Returns true when this changed the GPU's state.
   bool MarkUnhealthy(const std::string& gpu_uuid);
-  bool IsHealthy(const std::string& gpu_uuid) const;
   std::set<std::string> UnhealthyGpus() const;
   std::uint64_t version() const;
 
@@ -25,7 +24,6 @@ class DeviceHealth {
   std::uint64_t WaitForChange(std::uint64_t seen, std::chrono::milliseconds timeout) const;
   // Wakes every waiter for good (plugin shutting down or restarting).
   void Close();
-  bool closed() const;
 
  private:
   mutable std::mutex mu_;

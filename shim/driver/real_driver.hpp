@@ -4,7 +4,7 @@
 // forwards through these saved pointers; nothing in the shim calls a cu* or
 // nvml* function by name, which would re-enter the shim.
 //
-// Other shim components (the launch gate, issue 5) use real() for driver
+// Other shim components (the launch gate) use real() for driver
 // calls they make themselves, e.g. real().cuEventRecord(ev, stream).
 #pragma once
 

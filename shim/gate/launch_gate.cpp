@@ -178,7 +178,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   // nor, once the lease has passed on, sees the allocation without demand
   // for a moment and levels its virtual time as if it came back from idle.
   gate::DemandCount demand(gpu, gu);
-  bool asked = false;  // rang the doorbell for a lease
+  bool asked = false;  // waited for a lease
   bool throttled = false;
   for (;;) {
     const std::uint64_t now = monotonic_now_ns();
@@ -211,7 +211,6 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       asked = true;
       throttled = true;
       demand.count();
-      gu.doorbell.fetch_add(1, std::memory_order_release);
     }
     if (now < gl.lease_expiry_ns.load(std::memory_order_acquire)) continue;  // granted meanwhile
     gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);

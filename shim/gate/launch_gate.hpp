@@ -1,6 +1,6 @@
 // The launch gate: every kernel-launch hook of the shim passes through it so
 // that an allocation submits work only while it holds its GPU's lease
-// (ARCHITECTURE.md, "The daemon and the lease scheduler"; docs/scheduler.md).
+// (docs/scheduler.md, "Launch gate").
 #pragma once
 
 #include <cuda.h>

@@ -8,7 +8,7 @@
 // again in a fork child (new slot). Read on every hooked call through one
 // acquire load.
 //
-// For other shim components (launch gate, issue 5):
+// For other shim components (the launch gate):
 //   const AllocationState* st = allocation_state();   // nullptr: not active
 //   unsigned g = current_gpu_index();                  // kNoGpu: none
 //   st->limits->gpus[g], st->usage->gpus[g], *st->slot

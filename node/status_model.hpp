@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shm/daemon_timing.hpp"
 #include "shm/layout.hpp"
 
 namespace cushare::tools {
@@ -21,8 +22,8 @@ struct Now {
 };
 Now read_clocks();
 
-// A heartbeat older than this means its writer is gone.
-inline constexpr std::uint64_t kDaemonStaleNs = 3'000'000'000;
+// A heartbeat older than this means its writer is gone (the shims' limit too).
+inline constexpr std::uint64_t kDaemonStaleNs = shm::kDaemonHeartbeatStaleNs;
 
 // Whether a daemon heartbeat stamped at `beat_ns` (CLOCK_MONOTONIC, 0 = never)
 // is fresh at `now_ns`. A heartbeat newer than `now_ns` is fresh: the daemon

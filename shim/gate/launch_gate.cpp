@@ -25,6 +25,7 @@
 #include "shim/gate/duty_cycle_table.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
+#include "shm/daemon_timing.hpp"
 #include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
@@ -33,11 +34,8 @@ namespace {
 using gate::monotonic_now_ns;
 
 using gate::kQueueHorizonNs;
-// A daemon whose heartbeat is older than this is gone: leases are no longer
-// handed out, so capped allocations fall back to a local duty cycle.
-constexpr std::uint64_t kHeartbeatStaleNs = 500'000'000;
-// How long a process waits for a daemon to discover a new allocation.
-constexpr std::uint64_t kFirstHeartbeatWaitNs = 500'000'000;
+using shm::kDaemonHeartbeatStaleNs;
+using shm::kFirstHeartbeatWaitNs;
 // How long a waiter sleeps on the lease futex before it looks at the
 // heartbeat again.
 constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
@@ -151,7 +149,7 @@ bool daemon_expected(const AllocationState& st, std::uint64_t now) noexcept {
 bool daemon_alive(const AllocationState& st, std::uint64_t now) noexcept {
   const std::uint64_t hb = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
   if (hb == 0) return daemon_expected(st, now);
-  return now < hb + kHeartbeatStaleNs;
+  return now < hb + kDaemonHeartbeatStaleNs;
 }
 
 void sleep_ns(std::uint64_t ns) noexcept {

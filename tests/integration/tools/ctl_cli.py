@@ -604,7 +604,9 @@ def case_metrics_format(tmp):
             check(fam.documentation, f"{fam.name} has no HELP text")
             for sample in fam.samples:
                 for label in sample.labels:
-                    check(label.replace("_", "a").isalnum() and label == label.lower(),
+                    # UUID is dcgm-exporter's spelling, kept so that GPU series of
+                    # both exporters join on it; every other label is snake_case.
+                    check(label == "UUID" or (label.replace("_", "a").isalnum() and label == label.lower()),
                           f"{sample.name}: label {label!r} is not snake_case")
             # Units in the name: bytes and seconds, counters of seconds end _seconds_total.
             check("byte" not in fam.name or fam.name.endswith("_bytes") or "_bytes_" in fam.name,

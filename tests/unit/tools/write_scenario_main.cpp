@@ -1,7 +1,9 @@
 // ctl_write_scenario DIR [--no-daemon-heartbeat] [--live-heartbeat]: writes the
 // golden-test node into DIR for the CLI's integration tests. --live-heartbeat
-// stamps the daemon heartbeat with the real CLOCK_MONOTONIC so that a
-// cusharectl run right after sees the daemon as up.
+// stamps the daemon heartbeat with the real CLOCK_MONOTONIC plus a minute, so
+// that the cusharectl runs of a test see the daemon as up however loaded the
+// machine (a heartbeat newer than the reader's clock is fresh: the daemon
+// ticks concurrently; a stale one is older than shm::kDaemonHeartbeatStaleNs).
 #include <time.h>
 
 #include <cstring>
@@ -20,7 +22,8 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[2], "--live-heartbeat") == 0) {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    const std::uint64_t now = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
+    const std::uint64_t now =
+        static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec + 60'000'000'000ull;
     for (const auto& id : cushare::tools::list_allocation_ids(argv[1])) {
       try {
         cushare::tools::LimitsFile f = cushare::tools::open_limits(

@@ -31,7 +31,9 @@ CUcontext primary_handle() {
   auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "fakegpuPrivatePrimaryCtxGet"));
   CUcontext ctx = nullptr;
   EXPECT_NE(get, nullptr);
-  if (get) EXPECT_EQ(get(&ctx, kDevice), CUDA_SUCCESS);
+  if (get) {
+    EXPECT_EQ(get(&ctx, kDevice), CUDA_SUCCESS);
+  }
   return ctx;
 }
 

@@ -121,12 +121,19 @@ void GpuTracker::after_sync() noexcept {
   if (!poller_started_.load(std::memory_order_acquire)) return;
   const AllocationState* st = allocation_state();
   if (!st) return;
+  complete_done_batches(st->usage->gpus[gpu_]);
+}
+
+bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   std::lock_guard lock(mu_);
+  bool any = false;
   while (!batches_.empty()) {
     CUevent ev = batches_.front().event;
     if (real().cuEventQuery(ev) != CUDA_SUCCESS) break;
-    complete_front_locked(ev, monotonic_now_ns(), st->usage->gpus[gpu_]);
+    complete_front_locked(ev, monotonic_now_ns(), usage);
+    any = true;
   }
+  return any;
 }
 
 GpuTracker* syncing(CUstream stream, bool whole_context) noexcept {
@@ -417,9 +424,14 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
       }
     }
     ensure_poller(usage);
+    // The poller may not have run since the GPU finished a batch (at normal
+    // priority on a busy host it wakes milliseconds late), and until it does
+    // the estimate counts that batch as queued, ever longer by the head rule:
+    // this thread, which has the CPU now, looks for itself.
+    const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
+    if (complete_done_batches(usage)) return;
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
-    const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
     futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
     progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);

@@ -132,6 +132,9 @@ class GpuTracker {
   // spell and its idle gap is measured (the poller may not have woken yet).
   void before_sync(CUstream stream, bool whole_context) noexcept;
   void after_sync() noexcept;
+  // Completes, in the calling thread, every batch at the front whose event
+  // has completed; whether there was one.
+  bool complete_done_batches(shm::GpuUsage& usage) noexcept;
 
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;

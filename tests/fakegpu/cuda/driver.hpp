@@ -80,11 +80,23 @@ struct Function {
   Module* module = nullptr;
 };
 
+struct ModuleGlobal {
+  uint64_t address = 0;
+  uint64_t size = 0;
+};
+
 struct Module {
   std::string image;  // PTX text or binary, searched for function names
   bool ptx = false;
   bool library = false;
   std::map<std::string, std::unique_ptr<Function>> functions;
+  std::map<std::string, uint64_t> global_sizes;  // what the image defines
+  // Where the module is loaded (module_memory.hpp): the device, what it takes
+  // there, and its globals' addresses. device -1: not on a device yet (a
+  // library loaded while no context was current).
+  int device = -1;
+  uint64_t charged = 0;
+  std::map<std::string, ModuleGlobal> globals;
 };
 
 // Memory that a device address range resolves to. Host-accessible kinds
@@ -97,7 +109,7 @@ struct Backing {
   bool unbacked = false;  // beyond the backing budget: writes vanish, reads give zeros
 };
 
-enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc, graph };
+enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc, graph, global };
 
 struct Region {
   uint64_t size = 0;

@@ -11,6 +11,7 @@
 
 #include "tests/integration/fakegpu/array_desc.hpp"
 #include "tests/integration/fakegpu/cu_expect.hpp"
+#include "tests/integration/fakegpu/primary_fixture.hpp"
 
 namespace {
 
@@ -71,16 +72,11 @@ CUDA_MEMCPY3D array_to_host(CUarray array, void* host, size_t pitch, size_t heig
           .Depth = d};
 }
 
-class ArrayCopy : public ::testing::Test {
+class ArrayCopy : public fakegpu_test::OnPrimaryContext {
  protected:
-  void SetUp() override {
-    ASSERT_CU(CUDA_SUCCESS, cuInit(0));
-    ASSERT_CU(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&ctx_, 0));
-    ASSERT_CU(CUDA_SUCCESS, cuCtxSetCurrent(ctx_));
-  }
   void TearDown() override {
     for (CUarray a : arrays_) EXPECT_CU(CUDA_SUCCESS, cuArrayDestroy(a));
-    cuDevicePrimaryCtxRelease(0);
+    OnPrimaryContext::TearDown();
   }
   CUarray make(const CUDA_ARRAY3D_DESCRIPTOR& desc) {
     CUarray a = nullptr;
@@ -88,7 +84,6 @@ class ArrayCopy : public ::testing::Test {
     arrays_.push_back(a);
     return a;
   }
-  CUcontext ctx_ = nullptr;
   std::vector<CUarray> arrays_;
 };
 

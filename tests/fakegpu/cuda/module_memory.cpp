@@ -1,7 +1,6 @@
 #include "tests/fakegpu/cuda/module_memory.hpp"
 
 #include <algorithm>
-#include <vector>
 
 #include "tests/fakegpu/cuda/size_math.hpp"
 

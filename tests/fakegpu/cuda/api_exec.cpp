@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/image_globals.hpp"
 #include "tests/fakegpu/cuda/jit_log.hpp"
+#include "tests/fakegpu/cuda/module_memory.hpp"
 
 using namespace fakegpu;
 
@@ -76,6 +78,17 @@ CUresult load_module(const void* image, bool library, Module** out) {
     delete m;
     return CUDA_ERROR_INVALID_IMAGE;
   }
+  m->global_sizes = image_globals(m->image, m->ptx);
+  // A module is loaded onto its context's device; a library onto the current
+  // context's, or lazily once one is current (place_library).
+  Context* device_of = owner;
+  if (library && need_context(&device_of) != CUDA_SUCCESS) device_of = nullptr;
+  if (device_of != nullptr) {
+    if (CUresult r = place_module(m, device_of->device); r != CUDA_SUCCESS) {
+      delete m;
+      return r;
+    }
+  }
   std::lock_guard<std::mutex> guard(driver().mu);
   register_handle(m, module_kind(library), owner);
   *out = m;
@@ -135,20 +148,54 @@ const char* jit_error_text(CUresult r) {
   return r == CUDA_ERROR_INVALID_IMAGE ? "fakegpu: the image is not PTX, a cubin or a fatbin" : "";
 }
 
-// Caller holds driver().mu and has forgotten the module's handle.
+// Deletes a module whose handle is forgotten and gives its device memory
+// back. Takes driver().mu, which readers hold from lookup to last use.
 void delete_module(Module* m) {
-  for (auto& [name, fn] : m->functions) unregister_handle(fn.get(), HandleKind::function);
-  // Function objects stay allocated (leaked): a launch racing the unload on
-  // another thread may still be reading the one it looked up.
-  for (auto& [name, fn] : m->functions) (void)fn.release();
-  delete m;
+  int device = -1;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    for (auto& [name, fn] : m->functions) unregister_handle(fn.get(), HandleKind::function);
+    // Function objects stay allocated (leaked): a launch racing the unload on
+    // another thread may still be reading the one it looked up.
+    for (auto& [name, fn] : m->functions) (void)fn.release();
+    bytes = unplace_module(m, &device);
+    delete m;
+  }
+  if (bytes != 0) uncharge_device(device, bytes);
 }
 
 CUresult unload(const void* handle, HandleKind kind) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> guard(driver().mu);
-  if (!unregister_handle(handle, kind)) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    if (!unregister_handle(handle, kind)) return CUDA_ERROR_INVALID_HANDLE;
+  }
   delete_module(static_cast<Module*>(const_cast<void*>(handle)));
+  return CUDA_SUCCESS;
+}
+
+// A library's memory is placed on the current context's device at the first
+// use that needs one, when none was current at its load.
+void place_if_library(const void* handle) {
+  Context* c = nullptr;
+  if (is_handle(handle, HandleKind::library) && need_context(&c) == CUDA_SUCCESS)
+    (void)place_library(handle, c->device);
+}
+
+// A global of the module behind `handle`, by name; either output may be NULL,
+// not both (cuModuleGetGlobal, cuLibraryGetGlobal).
+template <size_t N>
+CUresult get_global(const void* handle, const HandleKind (&kinds)[N], const char* name,
+                    CUdeviceptr* dptr, size_t* bytes) {
+  if (name == nullptr || (dptr == nullptr && bytes == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  const Module* m = as_module_of(handle, kinds);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const auto it = m->globals.find(name);
+  if (it == m->globals.end()) return CUDA_ERROR_NOT_FOUND;
+  if (dptr) *dptr = it->second.address;
+  if (bytes) *bytes = it->second.size;
   return CUDA_SUCCESS;
 }
 
@@ -331,10 +378,9 @@ FAKEGPU_API CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const
 
 FAKEGPU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod,
                                           const char* name) {
-  (void)dptr, (void)bytes, (void)name;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (as_module_of(hmod, kModuleKinds) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return CUDA_ERROR_NOT_FOUND;  // module globals are not modelled
+  place_if_library(hmod);
+  return get_global(hmod, kModuleKinds, name, dptr, bytes);
 }
 
 FAKEGPU_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
@@ -376,7 +422,16 @@ FAKEGPU_API CUresult cuLibraryUnload(CUlibrary library) {
   return unload(library, HandleKind::library);
 }
 
+FAKEGPU_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
+                                        const char* name) {
+  Context* c = nullptr;
+  if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  place_if_library(library);
+  return get_global(library, kLibraryKinds, name, dptr, bytes);
+}
+
 FAKEGPU_API CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  place_if_library(library);
   Function* fn = nullptr;
   CUresult r = get_function(library, kLibraryKinds, name, &fn);
   if (r == CUDA_SUCCESS) *pKernel = reinterpret_cast<CUkernel>(fn);
@@ -525,7 +580,6 @@ FAKEGPU_API CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback
 }
 
 void fakegpu::drop_module(void* module) {
-  std::lock_guard<std::mutex> guard(driver().mu);
   delete_module(static_cast<Module*>(module));
 }
 

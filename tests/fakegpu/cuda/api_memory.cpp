@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tests/fakegpu/cuda/array_object.hpp"
 #include "tests/fakegpu/cuda/array_shape.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
 #include "tests/fakegpu/cuda/size_math.hpp"
@@ -94,19 +95,13 @@ void fakegpu::free_owned_regions(const Context* owner) {
     (void)free_region(base, {RegionKind::device, RegionKind::pitch, RegionKind::managed});
 }
 
-namespace {
-
-// The stream a copy/memset runs on, resolved (with the current context)
-// before the transfer touches any byte, so a bad stream changes nothing.
-CUresult transfer_stream(CUstream stream, Stream** out) {
+CUresult fakegpu::transfer_stream(CUstream stream, Stream** out) {
   Context* c = nullptr;
   if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   return resolve_stream(stream, out);
 }
 
-// Runs a copy/memset whose bytes were moved already: occupies `s` for the
-// simulated transfer time; synchronous forms wait for it.
-CUresult run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync) {
+CUresult fakegpu::run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync) {
   const uint64_t ns = copy_duration_ns(bytes, device_local);
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     if (sync) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -116,6 +111,8 @@ CUresult run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync) {
   if (CUresult r = submit(s, ItemKind::copy, ns, -1, 0, &seq); r != CUDA_SUCCESS) return r;
   return sync ? wait_for(s->ctx, seq) : CUDA_SUCCESS;
 }
+
+namespace {
 
 bool is_device(uint64_t addr) {
   Driver& d = driver();
@@ -175,60 +172,6 @@ CUresult memset_any(CUdeviceptr dst, uint64_t esize, uint64_t value, uint64_t co
   return run_transfer(s, bytes, true, sync);
 }
 
-CUresult copy2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync) {
-  Stream* s = nullptr;
-  if (CUresult r = transfer_stream(stream, &s); r != CUDA_SUCCESS) return r;
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto address = [](CUmemorytype type, const void* host, CUdeviceptr dev, uint64_t& out,
-                    bool& device) -> bool {
-    switch (type) {
-      case CU_MEMORYTYPE_HOST:
-        out = reinterpret_cast<uint64_t>(host);
-        device = false;
-        return true;
-      case CU_MEMORYTYPE_DEVICE:
-        out = dev;
-        device = true;
-        return true;
-      case CU_MEMORYTYPE_UNIFIED:
-        out = dev;
-        device = false;
-        return true;
-      default:
-        return false;  // arrays: not supported
-    }
-  };
-  uint64_t src = 0, dst = 0;
-  bool sd = false, dd = false;
-  if (!address(p->srcMemoryType, p->srcHost, p->srcDevice, src, sd) ||
-      !address(p->dstMemoryType, p->dstHost, p->dstDevice, dst, dd)) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  // Address of row `y` of one side; false when it does not fit in 64 bits.
-  auto row = [](uint64_t base, size_t x, size_t y0, size_t y, size_t pitch, uint64_t* out) {
-    uint64_t line = 0, offset = 0;
-    return add_size(y0, y, &line) && mul_size(line, pitch, &offset) &&
-           add_size(offset, x, &offset) && add_size(base, offset, out);
-  };
-  uint64_t total = 0;
-  if (!mul_size(p->WidthInBytes, p->Height, &total)) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t y = 0; y < p->Height; ++y) {
-    uint64_t from = 0, to = 0;
-    if (!row(src, p->srcXInBytes, p->srcY, y, p->srcPitch, &from) ||
-        !row(dst, p->dstXInBytes, p->dstY, y, p->dstPitch, &to)) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (CUresult r = copy_bytes(to, dd, from, sd, p->WidthInBytes); r != CUDA_SUCCESS) return r;
-  }
-  return run_transfer(s, total, sd && dd, sync);
-}
-
-struct ArrayObject {
-  CUDA_ARRAY3D_DESCRIPTOR desc{};
-  uint64_t bytes = 0;
-  int device = 0;
-};
-
 // Arrays live in opaque, tiled layouts: they are charged their texel bytes
 // rounded up to 2 MiB pages. The shape checks bound the texel bytes far below
 // where rounding could wrap.
@@ -250,6 +193,7 @@ CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   a->desc = desc;
   a->bytes = bytes;
   a->device = c->device;
+  a->texels.size = texels;
   std::lock_guard<std::mutex> guard(driver().mu);
   register_handle(a, HandleKind::array, c);
   *out = reinterpret_cast<CUarray>(a);
@@ -487,21 +431,6 @@ FAKEGPU_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
 
 // ---- copies (sync forms wait for completion on the context's default stream) ----
 
-#define FAKEGPU_SYNC_AND_PTDS(ret, name, params, call) \
-  FAKEGPU_API ret name params {                        \
-    return call;                                       \
-  }                                                    \
-  FAKEGPU_API ret name##_ptds params {                 \
-    return call;                                       \
-  }
-#define FAKEGPU_ASYNC_AND_PTSZ(ret, name, params, call) \
-  FAKEGPU_API ret name params {                         \
-    return call;                                        \
-  }                                                     \
-  FAKEGPU_API ret name##_ptsz params {                  \
-    return call;                                        \
-  }
-
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n),
                       htod(dst, src, n, nullptr, true))
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n),
@@ -510,9 +439,6 @@ FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr s
                       dtod(dst, src, n, nullptr, true))
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
                       memcpy_generic(dst, src, n, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p), copy2d(p, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* p),
-                      copy2d(p, nullptr, true))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyHtoDAsync_v2,
                        (CUdeviceptr dst, const void* src, size_t n, CUstream s),
                        htod(dst, src, n, s, false))
@@ -525,8 +451,6 @@ FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyDtoDAsync_v2,
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyAsync,
                        (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
                        memcpy_generic(dst, src, n, s, false))
-FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* p, CUstream s),
-                       copy2d(p, s, false))
 
 // ---- memsets ----
 
@@ -596,6 +520,10 @@ FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
 
 void fakegpu::drop_array(void* array) {
   auto* a = static_cast<ArrayObject*>(array);
+  {
+    std::lock_guard<std::mutex> guard(driver().mu);
+    release_backing(a->texels);
+  }
   uncharge_device(a->device, a->bytes);
   delete a;
 }

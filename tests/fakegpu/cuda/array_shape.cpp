@@ -121,12 +121,6 @@ bool valid_extents(const CUDA_ARRAY3D_DESCRIPTOR& d, bool mipmapped, bool* depth
           within(d.Depth, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE));
 }
 
-// Bytes of one texel; 0 for a format or channel count the driver refuses.
-uint64_t texel_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
-  if (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4) return 0;
-  return format_bytes(d.Format) * d.NumChannels;
-}
-
 // Bytes of one mipmap level of `d` (level 0: the array itself).
 bool level_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, bool depth_is_layers, unsigned level,
                  uint64_t texel, uint64_t* out) {
@@ -138,6 +132,11 @@ bool level_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, bool depth_is_layers, unsigne
 }
 
 }  // namespace
+
+uint64_t texel_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
+  if (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4) return 0;
+  return format_bytes(d.Format) * d.NumChannels;
+}
 
 CUresult array_bytes(const CUDA_ARRAY3D_DESCRIPTOR& desc, uint64_t* bytes) {
   const uint64_t texel = texel_bytes(desc);

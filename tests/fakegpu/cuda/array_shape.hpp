@@ -10,6 +10,10 @@ namespace fakegpu {
 // cuDeviceGetAttribute (an H100's); 0 for any other attribute.
 int texture_limit(CUdevice_attribute attrib);
 
+// Bytes of one texel (format size times channels); 0 for a format or channel
+// count the driver refuses.
+uint64_t texel_bytes(const CUDA_ARRAY3D_DESCRIPTOR& desc);
+
 // Texel bytes of the array `desc` describes (cuArray3DCreate, cuArrayCreate).
 // CUDA_ERROR_INVALID_VALUE for a format, channel count or extents the driver
 // refuses, extents past the device's limits included.

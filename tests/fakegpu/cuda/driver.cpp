@@ -272,19 +272,27 @@ Region* find_region(uint64_t addr, uint64_t len, uint64_t* base_out) {
 }
 
 uint8_t* backing_bytes(Region& r, uint64_t offset, bool for_write) {
-  Backing* b = r.backing.get();
-  if (!b) return nullptr;
-  offset += r.backing_offset;
-  if (b->host) return b->host + offset;
-  if (!b->lazy && !b->unbacked && for_write) {
+  if (!r.backing) return nullptr;
+  return backing_bytes(*r.backing, offset + r.backing_offset, for_write);
+}
+
+uint8_t* backing_bytes(Backing& b, uint64_t offset, bool for_write) {
+  if (b.host) return b.host + offset;
+  if (!b.lazy && !b.unbacked && for_write) {
     Driver& d = driver();
-    if (d.backed_bytes + b->size <= d.config.host_backing_limit) {
-      b->lazy.reset(new (std::nothrow) uint8_t[b->size]());
-      if (b->lazy) d.backed_bytes += b->size;
+    if (d.backed_bytes + b.size <= d.config.host_backing_limit) {
+      b.lazy.reset(new (std::nothrow) uint8_t[b.size]());
+      if (b.lazy) d.backed_bytes += b.size;
     }
-    if (!b->lazy) b->unbacked = true;
+    if (!b.lazy) b.unbacked = true;
   }
-  return b->lazy ? b->lazy.get() + offset : nullptr;
+  return b.lazy ? b.lazy.get() + offset : nullptr;
+}
+
+void release_backing(Backing& b) {
+  Driver& d = driver();
+  if (b.lazy) d.backed_bytes -= std::min(d.backed_bytes, b.size);
+  b.lazy.reset();
 }
 
 CUresult charge_device(int device, uint64_t bytes) {
@@ -308,32 +316,26 @@ uint64_t copy_duration_ns(uint64_t bytes, bool device_local) {
   return static_cast<uint64_t>(static_cast<long double>(bytes) * 1e9L / bw);
 }
 
-namespace {
-
-// Resolves one side of a copy to host-visible bytes. Host addresses are used
-// as they are; device addresses must lie inside a known region.
-CUresult side(uint64_t addr, bool device, uint64_t bytes, bool write, uint8_t** out) {
-  Region* r = find_region(addr, bytes, nullptr);
+CUresult copy_end_bytes(uint64_t addr, bool device, uint64_t bytes, bool write, uint8_t** out) {
+  uint64_t base = 0;
+  Region* r = find_region(addr, bytes, &base);
   if (r == nullptr) {
     if (device) return CUDA_ERROR_INVALID_VALUE;
     *out = reinterpret_cast<uint8_t*>(addr);
     return CUDA_SUCCESS;
   }
-  uint64_t base = 0;
-  find_region(addr, bytes, &base);
   *out = backing_bytes(*r, addr - base, write);
   return CUDA_SUCCESS;
 }
-
-}  // namespace
 
 CUresult copy_bytes(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes) {
   if (bytes == 0) return CUDA_SUCCESS;
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
   uint8_t *to = nullptr, *from = nullptr;
-  if (CUresult r = side(dst, dst_device, bytes, true, &to); r != CUDA_SUCCESS) return r;
-  if (CUresult r = side(src, src_device, bytes, false, &from); r != CUDA_SUCCESS) return r;
+  if (CUresult r = copy_end_bytes(dst, dst_device, bytes, true, &to); r != CUDA_SUCCESS) return r;
+  if (CUresult r = copy_end_bytes(src, src_device, bytes, false, &from); r != CUDA_SUCCESS)
+    return r;
   if (to == nullptr) return CUDA_SUCCESS;  // unbacked destination: the bytes are not kept
   if (from == nullptr) {
     std::memset(to, 0, bytes);

@@ -19,6 +19,18 @@
 #include "tests/fakegpu/cuda/handle_registry.hpp"
 
 #define FAKEGPU_API extern "C" __attribute__((visibility("default")))
+// An entry point and its per-thread default stream twin (_ptds for the
+// synchronous forms, _ptsz for the stream-taking ones): fakegpu's default
+// streams are one stream per context, so both do the same.
+#define FAKEGPU_WITH_PER_THREAD(suffix, ret, name, params, call) \
+  FAKEGPU_API ret name params {                                  \
+    return call;                                                 \
+  }                                                              \
+  FAKEGPU_API ret name##suffix params {                          \
+    return call;                                                 \
+  }
+#define FAKEGPU_SYNC_AND_PTDS(...) FAKEGPU_WITH_PER_THREAD(_ptds, __VA_ARGS__)
+#define FAKEGPU_ASYNC_AND_PTSZ(...) FAKEGPU_WITH_PER_THREAD(_ptsz, __VA_ARGS__)
 
 namespace fakegpu {
 
@@ -68,11 +80,23 @@ struct Function {
   Module* module = nullptr;
 };
 
+struct ModuleGlobal {
+  uint64_t address = 0;
+  uint64_t size = 0;
+};
+
 struct Module {
   std::string image;  // PTX text or binary, searched for function names
   bool ptx = false;
   bool library = false;
   std::map<std::string, std::unique_ptr<Function>> functions;
+  std::map<std::string, uint64_t> global_sizes;  // what the image defines
+  // Where the module is loaded (module_memory.hpp): the device, what it takes
+  // there, and its globals' addresses. device -1: not on a device yet (a
+  // library loaded while no context was current).
+  int device = -1;
+  uint64_t charged = 0;
+  std::map<std::string, ModuleGlobal> globals;
 };
 
 // Memory that a device address range resolves to. Host-accessible kinds
@@ -85,7 +109,7 @@ struct Backing {
   bool unbacked = false;  // beyond the backing budget: writes vanish, reads give zeros
 };
 
-enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc, graph };
+enum class RegionKind { device, pitch, managed, async, host, array, vmm_map, ipc, graph, global };
 
 struct Region {
   uint64_t size = 0;
@@ -190,11 +214,28 @@ void va_release(uint64_t base, uint64_t size);
 Region* find_region(uint64_t addr, uint64_t len, uint64_t* base_out = nullptr);
 // Host-visible bytes for `len` bytes at region offset; nullptr if unbacked.
 uint8_t* backing_bytes(Region& r, uint64_t offset, bool for_write);
+// The same for any backing (a CUDA array's texels): a write backs it lazily
+// while the process's FAKEGPU_HOST_BACKING lasts. Caller holds driver().mu.
+uint8_t* backing_bytes(Backing& b, uint64_t offset, bool for_write);
+// Gives a lazily backed Backing's bytes back to the process's budget. Caller
+// holds driver().mu.
+void release_backing(Backing& b);
+// One end of a copy of `bytes` at `addr`: host addresses are used as they are,
+// device addresses must lie inside a known region (CUDA_ERROR_INVALID_VALUE);
+// *out is nullptr where the memory is unbacked. Caller holds driver().mu.
+CUresult copy_end_bytes(uint64_t addr, bool device, uint64_t bytes, bool write, uint8_t** out);
 
 // Device memory charging against the shared capacity (reaps dead processes
 // once before giving up).
 CUresult charge_device(int device, uint64_t bytes);
 void uncharge_device(int device, uint64_t bytes);
+
+// The stream a copy/memset runs on, resolved (with the current context)
+// before the transfer touches any byte, so a bad stream changes nothing.
+CUresult transfer_stream(CUstream stream, Stream** out);
+// Runs a copy/memset whose bytes were moved already: occupies `s` for the
+// simulated transfer time; synchronous forms wait for it.
+CUresult run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync);
 
 // Copies with simulated duration; `*_device` tells which sides are device addresses.
 uint64_t copy_duration_ns(uint64_t bytes, bool device_local);

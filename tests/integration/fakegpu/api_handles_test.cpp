@@ -15,16 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "tests/integration/fakegpu/cu_expect.hpp"
 #include "tests/integration/fakegpu/noop_ptx.hpp"
 
 namespace {
 
-constexpr const char* kPtx = fakegpu_test::kNoopPtx;
+using fakegpu_test::error_name;
 
-std::string error_name(CUresult r) {
-  const char* name = nullptr;
-  return cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : "CUresult " + std::to_string(r);
-}
+constexpr const char* kPtx = fakegpu_test::kNoopPtx;
 
 template <typename Handle>
 Handle as(uintptr_t value) {

@@ -10,30 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/integration/fakegpu/array_desc.hpp"
+#include "tests/integration/fakegpu/cu_expect.hpp"
+
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGranule = 2 * kMiB;
 
-std::string error_name(CUresult r) {
-  const char* name = nullptr;
-  return cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : "CUresult " + std::to_string(r);
-}
-#define EXPECT_CU(expected, call) EXPECT_EQ(error_name(call), error_name(expected)) << #call
-#define ASSERT_CU(expected, call) ASSERT_EQ(error_name(call), error_name(expected)) << #call
-
-CUDA_ARRAY3D_DESCRIPTOR shape(size_t w, size_t h, size_t d, unsigned flags = 0,
-                              CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8,
-                              unsigned channels = 1) {
-  CUDA_ARRAY3D_DESCRIPTOR desc{};
-  desc.Width = w;
-  desc.Height = h;
-  desc.Depth = d;
-  desc.Format = format;
-  desc.NumChannels = channels;
-  desc.Flags = flags;
-  return desc;
-}
+using fakegpu_test::shape;
 
 class Sizes : public ::testing::Test {
  protected:
@@ -226,13 +211,13 @@ TEST_F(Sizes, MemsetAndCopyExtentsThatWrapAreInvalid) {
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemsetD2D8(p, 1ull << 63, 7, 1, 3));
   // 2^62 + 1 words are 4 bytes once wrapped.
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemsetD32(p, 7, (1ull << 62) + 1));
-  // Row 2^63 at pitch 2 is offset 0 once wrapped.
+  // Row 2^63 at pitch 4 is offset 0 once wrapped.
   uint32_t word = 0;
   CUDA_MEMCPY2D copy{};
   copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   copy.srcDevice = p;
   copy.srcY = 1ull << 63;
-  copy.srcPitch = 2;
+  copy.srcPitch = 4;
   copy.dstMemoryType = CU_MEMORYTYPE_HOST;
   copy.dstHost = &word;
   copy.dstPitch = sizeof word;

@@ -292,9 +292,13 @@ CUresult initialize_locked() {
   }
 
   const RealDriver& r = real();
-  if (!r.library_loaded || !r.cuDeviceGetCount || !r.cuDeviceGet || !r.cuDeviceGetUuid_v2 ||
-      !r.cuDeviceTotalMem_v2) {
-    log().error("libcuda.so.1 (or a function the shim needs from it) was not found");
+  if (!r.library_loaded) {
+    log().error("libcuda.so.1 was not found");
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (const char* missing = missing_required(r)) {
+    log().error("libcuda.so.1 has no {}, which the shim needs (a driver older than CUDA 11.4?)",
+                missing);
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   int count = 0;
@@ -398,9 +402,10 @@ using GpuList = shm::Parsed<std::vector<shm::VisibleGpu>>;
 
 GpuList nvml_visible_gpus() {
   const RealNvml& n = real_nvml();
-  if (!n.library_loaded || !n.nvmlDeviceGetCount_v2 || !n.nvmlDeviceGetHandleByIndex_v2 ||
-      !n.nvmlDeviceGetUUID || !n.nvmlDeviceGetMemoryInfo) {
-    return GpuList::fail("libnvidia-ml.so.1 lacks a function the shim needs to list the GPUs");
+  if (!n.library_loaded) return GpuList::fail("libnvidia-ml.so.1 was not found");
+  if (const char* missing = missing_required(n)) {
+    return GpuList::fail(std::string("libnvidia-ml.so.1 has no ") + missing +
+                         ", which the shim needs to list the GPUs");
   }
   unsigned count = 0;
   if (nvml::Return rc = n.nvmlDeviceGetCount_v2(&count); rc != nvml::kSuccess) {

@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                       kMaxDeviceIdLength);
       }
     }
-    fs::create_directories(fs::path(config.run_dir) / shm::kAllocDirName);
+    fs::create_directories(fs::path(config.run_dir) / cushare::shm::kAllocDirName);
 
     DeviceHealth health;
     AllocationStore store(config.run_dir);

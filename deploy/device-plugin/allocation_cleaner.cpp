@@ -11,6 +11,7 @@
 #include "deploy/device-plugin/allocation_plan.hpp"
 #include "deploy/device-plugin/pod_resources_client.hpp"
 #include "shm/region_file.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::plugin {
 namespace fs = std::filesystem;
@@ -55,22 +56,23 @@ LiveAllocations GatherLiveAllocations(const PluginConfig& config) {
 std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir) {
   std::vector<AllocationFolderFacts> facts;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "alloc", ec)) {
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / shm::kAllocDirName, ec)) {
     if (!entry.is_directory()) continue;
     AllocationFolderFacts f;
     f.alloc_id = entry.path().filename().string();
     f.created = MTime(entry.path());
-    f.last_activity =
-        std::max({f.created, MTime(entry.path() / "limits"), MTime(entry.path() / "usage")});
+    f.last_activity = std::max(
+        {f.created, MTime(entry.path() / shm::kLimitsName), MTime(entry.path() / shm::kUsageName)});
     try {
-      auto limits = shm::LimitsMapping::open(entry.path() / "limits", shm::Access::kReadOnly);
+      auto limits =
+          shm::LimitsMapping::open(entry.path() / shm::kLimitsName, shm::Access::kReadOnly);
       f.created = Clock::time_point{} +
                   std::chrono::duration_cast<Clock::duration>(
                       std::chrono::nanoseconds(limits.region().header.created_unix_ns));
     } catch (const shm::RegionError&) {
     }
     try {
-      auto usage = shm::UsageMapping::open(entry.path() / "usage", shm::Access::kReadOnly);
+      auto usage = shm::UsageMapping::open(entry.path() / shm::kUsageName, shm::Access::kReadOnly);
       for (const auto& slot : usage.region().slots) {
         const auto state = static_cast<shm::SlotState>(slot.state.load(std::memory_order_acquire));
         if (state != shm::SlotState::kFree) {

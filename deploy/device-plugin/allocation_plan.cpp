@@ -8,6 +8,7 @@
 
 #include "deploy/device-plugin/device_id.hpp"
 #include "deploy/device-plugin/gpu_spanning.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::plugin {
 namespace {
@@ -55,7 +56,7 @@ std::string AllocationIdFor(std::span<const std::string> device_ids) {
 }
 
 std::string HostAllocationDir(const PluginConfig& config, const std::string& alloc_id) {
-  return JoinPath(JoinPath(config.run_dir, "alloc"), alloc_id);
+  return JoinPath(JoinPath(config.run_dir, shm::kAllocDirName), alloc_id);
 }
 
 std::string PreloadHostPath(const PluginConfig& config) {
@@ -144,8 +145,8 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
     plan.mounts.push_back({"/etc/ld.so.preload", plan.preload_host_path, true});
   }
   plan.mounts.push_back({config.container_run_dir, plan.host_alloc_dir, false});
-  plan.mounts.push_back({JoinPath(config.container_run_dir, "limits"),
-                         JoinPath(plan.host_alloc_dir, "limits"), true});
+  plan.mounts.push_back({JoinPath(config.container_run_dir, shm::kLimitsName),
+                         JoinPath(plan.host_alloc_dir, shm::kLimitsName), true});
 
   if (config.device_specs == DeviceSpecStrategy::kDevNodes) {
     for (const auto& q : plan.gpus) {

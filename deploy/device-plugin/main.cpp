@@ -21,6 +21,7 @@
 #include "deploy/device-plugin/plugin_config.hpp"
 #include "deploy/device-plugin/plugin_runner.hpp"
 #include "shm/mapping_guard.hpp"
+#include "shm/run_dir_layout.hpp"
 
 #ifndef CUSHARE_VERSION
 #error "CUSHARE_VERSION comes from project(VERSION) in the top-level CMakeLists.txt"
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
                       kMaxDeviceIdLength);
       }
     }
-    fs::create_directories(fs::path(config.run_dir) / "alloc");
+    fs::create_directories(fs::path(config.run_dir) / cushare::shm::kAllocDirName);
 
     DeviceHealth health;
     AllocationStore store(config.run_dir);

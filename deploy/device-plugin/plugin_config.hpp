@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shm/layout.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::plugin {
 
@@ -41,7 +42,7 @@ struct PluginConfig {
   std::string device_plugin_dir = "/var/lib/kubelet/device-plugins";
   std::string socket_name;  // "" = "cushare-vgpu-<pid>.sock" (unique per instance)
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-  std::string run_dir = "/var/run/cushare";  // allocations live in <run_dir>/alloc/<id>
+  std::string run_dir = shm::kDefaultNodeRunDir;  // allocations live in <run_dir>/alloc/<id>
   std::string library_host_path = "/usr/local/lib/cushare/libcushare.so";
   std::string dev_root = "/";
   std::string sysfs_root = "/sys";
@@ -49,7 +50,7 @@ struct PluginConfig {
 
   // Container side.
   std::string library_container_path = "/usr/local/lib/cushare/libcushare.so";
-  std::string container_run_dir = "/var/run/cushare";
+  std::string container_run_dir = shm::kDefaultNodeRunDir;
 
   // Health.
   bool health_checks = true;

@@ -9,6 +9,8 @@
 #include <charconv>
 #include <vector>
 
+#include "shm/run_dir_layout.hpp"
+
 namespace cushare::shim {
 namespace {
 
@@ -56,21 +58,24 @@ bool has_option(std::string_view options, std::string_view want) {
   return false;
 }
 
+// `path` without its last component when that is `name` ("<head>/<name>" ->
+// "<head>"); nullopt otherwise.
+std::optional<std::string_view> parent_if_named(std::string_view path, std::string_view name) {
+  if (path.size() <= name.size() || !path.ends_with(name)) return std::nullopt;
+  const std::string_view head = path.substr(0, path.size() - name.size());
+  if (!head.ends_with('/')) return std::nullopt;
+  return head.substr(0, head.size() - 1);
+}
+
 // "<anything>/alloc/<id>/limits" -> id
-std::optional<std::string> alloc_id_of_root(const std::string& root) {
-  constexpr std::string_view kTail = "/limits";
-  if (root.size() <= kTail.size() || root.compare(root.size() - kTail.size(), kTail.size(), kTail))
-    return std::nullopt;
-  const std::string folder = root.substr(0, root.size() - kTail.size());
-  const auto slash = folder.rfind('/');
-  if (slash == std::string::npos || slash + 1 >= folder.size()) return std::nullopt;
-  const std::string id = folder.substr(slash + 1);
-  const std::string parent = folder.substr(0, slash);
-  constexpr std::string_view kAlloc = "/alloc";
-  if (parent.size() < kAlloc.size() ||
-      parent.compare(parent.size() - kAlloc.size(), kAlloc.size(), kAlloc))
-    return std::nullopt;
-  return id;
+std::optional<std::string> alloc_id_of_root(std::string_view root) {
+  const auto folder = parent_if_named(root, shm::kLimitsName);
+  if (!folder) return std::nullopt;
+  const auto slash = folder->rfind('/');
+  if (slash == std::string_view::npos || slash + 1 >= folder->size()) return std::nullopt;
+  const std::string_view id = folder->substr(slash + 1);
+  if (!parent_if_named(folder->substr(0, slash), shm::kAllocDirName)) return std::nullopt;
+  return std::string(id);
 }
 
 }  // namespace
@@ -93,15 +98,12 @@ std::optional<ManagedMount> find_managed_mount(std::string_view text) {
     if (!has_option(f[5], "ro")) continue;
     const std::string root = unescape(f[3]);
     m.limits = unescape(f[4]);
-    constexpr std::string_view kTail = "/limits";
-    if (m.limits.size() <= kTail.size() ||
-        m.limits.compare(m.limits.size() - kTail.size(), kTail.size(), kTail))
-      continue;
+    const auto run_dir = parent_if_named(m.limits, shm::kLimitsName);
+    if (!run_dir || run_dir->empty()) continue;  // "/limits": no folder to be the allocation
     auto id = alloc_id_of_root(root);
     if (!id) continue;
     m.alloc_id = *id;
-    m.run_dir = m.limits.substr(0, m.limits.size() - kTail.size());
-    if (m.run_dir.empty()) m.run_dir = "/";
+    m.run_dir = std::string(*run_dir);
     found = std::move(m);
   }
   return found;

@@ -11,7 +11,6 @@
 #include "shim/accounting/pool_accounting.hpp"
 #include "shim/accounting/vmm_accounting.hpp"
 #include "shim/process/call_site.hpp"
-#include "shim/process/fork_hooks.hpp"
 #include "shim/process/logging.hpp"
 #include "shm/proc_identity.hpp"
 #include "shm/process_slots.hpp"
@@ -37,7 +36,7 @@ PointerTable& array_handles() noexcept {
   return g_array_handles;
 }
 
-void run_fork_child_hooks() noexcept {
+void reset_accounting_after_fork() noexcept {
   g_device_pointers.reset_after_fork();
   g_array_handles.reset_after_fork();
   pool_reset_after_fork();

@@ -53,6 +53,11 @@ void relieve_quota_pressure(const AllocationState& st, unsigned gpu) noexcept;
 }  // namespace cushare::shim
 
 namespace cushare::shim {
+// In a fork child: forgets every charge of the parent (pointer tables, pools,
+// VMM, context and graph records), the parent's to return. Registered by the
+// process's initialisation as the ForkStage::kAccounting reset.
+void reset_accounting_after_fork() noexcept;
+
 // Returns a recorded charge after its memory was freed (dispatches on kind).
 void release_charge(const AllocationState& st, const Charge& charge) noexcept;
 }  // namespace cushare::shim

@@ -37,7 +37,7 @@ void load_real_driver() noexcept {
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NODELETE);
   if (handle) {
     g_real_driver.library_loaded = true;
-#define CUSHARE_LOAD(sym, type) resolve(handle, #sym, g_real_driver.sym);
+#define CUSHARE_LOAD(sym, type, need) resolve(handle, #sym, g_real_driver.sym);
     CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_LOAD)
     CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(CUSHARE_LOAD)
 #undef CUSHARE_LOAD
@@ -51,7 +51,7 @@ void load_real_nvml() noexcept {
   void* handle = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NODELETE);
   if (handle) {
     g_real_nvml.library_loaded = true;
-#define CUSHARE_LOAD(sym, type) resolve(handle, #sym, g_real_nvml.sym);
+#define CUSHARE_LOAD(sym, type, need) resolve(handle, #sym, g_real_nvml.sym);
     CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_LOAD)
     CUSHARE_REAL_ONLY_NVML_FUNCTIONS(CUSHARE_LOAD)
 #undef CUSHARE_LOAD

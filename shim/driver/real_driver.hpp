@@ -16,120 +16,139 @@
 
 namespace cushare::shim {
 
-// Driver functions the shim hooks: X(symbol, pointer type). The shim exports
-// a wrapper named `symbol`; real().symbol is the driver's implementation.
-#define CUSHARE_HOOKED_DRIVER_FUNCTIONS(X)                                                   \
-  X(cuInit, PFN_cuInit_v2000)                                                                \
-  X(cuGetProcAddress, PFN_cuGetProcAddress_v11030)                                           \
-  X(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)                                        \
-  X(cuMemAlloc, ::cushare::shim::legacy::PFN_cuMemAlloc_v2000)                               \
-  X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                                     \
-  X(cuMemAllocPitch, ::cushare::shim::legacy::PFN_cuMemAllocPitch_v2000)                     \
-  X(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020)                                           \
-  X(cuMemFree, ::cushare::shim::legacy::PFN_cuMemFree_v2000)                                 \
-  X(cuMemFree_v2, PFN_cuMemFree_v3020)                                                       \
-  X(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000)                                          \
-  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                                             \
-  X(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz)                                   \
-  X(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020)                             \
-  X(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                   \
-  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                                               \
-  X(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz)                                     \
-  X(cuMemPoolCreate, PFN_cuMemPoolCreate_v11020)                                             \
-  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                                           \
-  X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020)                                             \
-  X(cuMemCreate, PFN_cuMemCreate_v10020)                                                     \
-  X(cuMemRelease, PFN_cuMemRelease_v10020)                                                   \
-  X(cuMemMap, PFN_cuMemMap_v10020)                                                           \
-  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                                       \
-  X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000)                     \
-  X(cuMemMapArrayAsync, PFN_cuMemMapArrayAsync_v11010)                                       \
-  X(cuMemMapArrayAsync_ptsz, PFN_cuMemMapArrayAsync_v11010_ptsz)                             \
-  X(cuArrayCreate, ::cushare::shim::legacy::PFN_cuArrayCreate_v2000)                         \
-  X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)                                               \
-  X(cuArray3DCreate, ::cushare::shim::legacy::PFN_cuArray3DCreate_v2000)                     \
-  X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)                                           \
-  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                                                \
-  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)                                \
-  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)                              \
-  X(cuMemGetInfo, ::cushare::shim::legacy::PFN_cuMemGetInfo_v2000)                           \
-  X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020)                                                 \
-  X(cuDeviceTotalMem, ::cushare::shim::legacy::PFN_cuDeviceTotalMem_v2000)                   \
-  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                                         \
-  X(cuCtxCreate, ::cushare::shim::legacy::PFN_cuCtxCreate_v2000)                             \
-  X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020)                                                   \
-  X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040)                                                  \
-  X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050)                                                  \
-  X(cuCtxDestroy, ::cushare::shim::legacy::PFN_cuCtxDestroy_v2000)                           \
-  X(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000)                                                 \
-  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)                            \
-  X(cuDevicePrimaryCtxRelease, ::cushare::shim::legacy::PFN_cuDevicePrimaryCtxRelease_v7000) \
-  X(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000)                      \
-  X(cuDevicePrimaryCtxReset, ::cushare::shim::legacy::PFN_cuDevicePrimaryCtxReset_v7000)     \
-  X(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000)                          \
-  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                                \
-  X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                                      \
-  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                                           \
-  X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz)                                 \
-  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)                          \
-  X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz)                \
-  X(cuLaunchCooperativeKernelMultiDevice, PFN_cuLaunchCooperativeKernelMultiDevice_v9000)    \
-  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                                 \
-  X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)                                       \
-  X(cuGraphUpload, PFN_cuGraphUpload_v11010)                                                 \
-  X(cuGraphUpload_ptsz, PFN_cuGraphUpload_v11010_ptsz)                                       \
-  X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040)                               \
-  X(cuGraphInstantiate, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v10000)              \
-  X(cuGraphInstantiate_v2, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v11000)           \
-  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)                     \
-  X(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000)                   \
-  X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz)         \
-  X(cuStreamBeginCapture, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000)          \
-  X(cuStreamBeginCapture_ptsz, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000)     \
-  X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)                                \
-  X(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_ptsz)                      \
-  X(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030)                     \
-  X(cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz)           \
-  X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                                       \
-  X(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz)                             \
-  X(cuStreamDestroy, ::cushare::shim::legacy::PFN_cuStreamDestroy_v2000)                     \
-  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                                           \
-  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                                            \
-  X(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000)                                        \
-  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                                      \
-  X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz)
+// Whether the shim can run on a driver without the function; the third column
+// of every list below.
+//  - kRequired: every driver the shim supports has it (CUDA 11.4 and later:
+//    initialisation needs cuDeviceGetUuid_v2, new in 11.4), so the shim's own
+//    code calls it without a check. A library without one is not a driver the
+//    shim can enforce anything on: initialisation fails, naming it.
+//  - kOptional: newer than 11.4, an old ABI a driver may drop, or deprecated.
+//    The shim's own code checks before calling one.
+// Either way a hook never calls through a missing pointer: when the driver
+// lacks the hook's function, the hook answers what the driver answers for a
+// function it does not have (CUSHARE_REAL_OR_NOT_FOUND, hooks/support.hpp).
+enum class Need : bool { kOptional, kRequired };
+
+// Driver functions the shim hooks: X(symbol, pointer type, need). The shim
+// exports a wrapper named `symbol`; real().symbol is the driver's
+// implementation.
+#define CUSHARE_HOOKED_DRIVER_FUNCTIONS(X)                                                      \
+  X(cuInit, PFN_cuInit_v2000, kRequired)                                                        \
+  X(cuGetProcAddress, PFN_cuGetProcAddress_v11030, kOptional)                                   \
+  X(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000, kOptional)                                \
+  X(cuMemAlloc, ::cushare::shim::legacy::PFN_cuMemAlloc_v2000, kOptional)                       \
+  X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020, kRequired)                                             \
+  X(cuMemAllocPitch, ::cushare::shim::legacy::PFN_cuMemAllocPitch_v2000, kOptional)             \
+  X(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020, kRequired)                                   \
+  X(cuMemFree, ::cushare::shim::legacy::PFN_cuMemFree_v2000, kOptional)                         \
+  X(cuMemFree_v2, PFN_cuMemFree_v3020, kRequired)                                               \
+  X(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000, kRequired)                                  \
+  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, kRequired)                                     \
+  X(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz, kRequired)                           \
+  X(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020, kRequired)                     \
+  X(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz, kRequired)           \
+  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, kRequired)                                       \
+  X(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz, kRequired)                             \
+  X(cuMemPoolCreate, PFN_cuMemPoolCreate_v11020, kRequired)                                     \
+  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020, kRequired)                                   \
+  X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020, kRequired)                                     \
+  X(cuMemCreate, PFN_cuMemCreate_v10020, kRequired)                                             \
+  X(cuMemRelease, PFN_cuMemRelease_v10020, kRequired)                                           \
+  X(cuMemMap, PFN_cuMemMap_v10020, kRequired)                                                   \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020, kRequired)                                               \
+  X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000, kRequired)             \
+  X(cuMemMapArrayAsync, PFN_cuMemMapArrayAsync_v11010, kRequired)                               \
+  X(cuMemMapArrayAsync_ptsz, PFN_cuMemMapArrayAsync_v11010_ptsz, kRequired)                     \
+  X(cuArrayCreate, ::cushare::shim::legacy::PFN_cuArrayCreate_v2000, kOptional)                 \
+  X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020, kRequired)                                       \
+  X(cuArray3DCreate, ::cushare::shim::legacy::PFN_cuArray3DCreate_v2000, kOptional)             \
+  X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020, kRequired)                                   \
+  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000, kRequired)                                        \
+  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000, kRequired)                        \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000, kRequired)                      \
+  X(cuMemGetInfo, ::cushare::shim::legacy::PFN_cuMemGetInfo_v2000, kOptional)                   \
+  X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020, kRequired)                                         \
+  X(cuDeviceTotalMem, ::cushare::shim::legacy::PFN_cuDeviceTotalMem_v2000, kOptional)           \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020, kRequired)                                 \
+  X(cuCtxCreate, ::cushare::shim::legacy::PFN_cuCtxCreate_v2000, kOptional)                     \
+  X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020, kRequired)                                           \
+  X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040, kRequired)                                          \
+  X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050, kOptional)                                          \
+  X(cuCtxDestroy, ::cushare::shim::legacy::PFN_cuCtxDestroy_v2000, kOptional)                   \
+  X(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000, kRequired)                                         \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000, kRequired)                    \
+  X(cuDevicePrimaryCtxRelease, ::cushare::shim::legacy::PFN_cuDevicePrimaryCtxRelease_v7000,    \
+    kOptional)                                                                                  \
+  X(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000, kRequired)              \
+  X(cuDevicePrimaryCtxReset, ::cushare::shim::legacy::PFN_cuDevicePrimaryCtxReset_v7000,        \
+    kOptional)                                                                                  \
+  X(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000, kRequired)                  \
+  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, kRequired)                                        \
+  X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz, kRequired)                              \
+  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060, kOptional)                                   \
+  X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz, kOptional)                         \
+  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000, kRequired)                  \
+  X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz, kRequired)        \
+  X(cuLaunchCooperativeKernelMultiDevice, PFN_cuLaunchCooperativeKernelMultiDevice_v9000,       \
+    kOptional)                                                                                  \
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000, kRequired)                                         \
+  X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz, kRequired)                               \
+  X(cuGraphUpload, PFN_cuGraphUpload_v11010, kRequired)                                         \
+  X(cuGraphUpload_ptsz, PFN_cuGraphUpload_v11010_ptsz, kRequired)                               \
+  X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040, kRequired)                       \
+  X(cuGraphInstantiate, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v10000, kOptional)      \
+  X(cuGraphInstantiate_v2, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v11000, kOptional)   \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040, kRequired)             \
+  X(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000, kOptional)           \
+  X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz, kOptional) \
+  X(cuStreamBeginCapture, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000, kOptional)  \
+  X(cuStreamBeginCapture_ptsz, ::cushare::shim::legacy::PFN_cuStreamBeginCapture_v10000,        \
+    kOptional)                                                                                  \
+  X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010, kRequired)                        \
+  X(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_ptsz, kRequired)              \
+  X(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, kOptional)             \
+  X(cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz, kOptional)   \
+  X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, kRequired)                               \
+  X(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz, kRequired)                     \
+  X(cuStreamDestroy, ::cushare::shim::legacy::PFN_cuStreamDestroy_v2000, kOptional)             \
+  X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000, kRequired)                                   \
+  X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, kRequired)                                    \
+  X(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000, kOptional)                                \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, kRequired)                              \
+  X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, kRequired)
 
 // Driver functions the shim only calls (not hooked).
-#define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                \
-  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                                        \
-  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                                \
-  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                                      \
-  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                                            \
-  X(cuDeviceGetUuid_v2, PFN_cuDeviceGetUuid_v11040)                                          \
-  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                                    \
-  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000)                        \
-  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                              \
-  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                              \
-  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                                \
-  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                                         \
-  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                                           \
-  X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                                                \
-  X(cuStreamQuery, PFN_cuStreamQuery_v2000)                                                  \
-  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                                     \
-  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)         \
-  X(cuEventCreate, PFN_cuEventCreate_v2000)                                                  \
-  X(cuEventRecord, PFN_cuEventRecord_v2000)                                                  \
-  X(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz)                                        \
-  X(cuEventQuery, PFN_cuEventQuery_v2000)                                                    \
-  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                        \
-  X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080)                                    \
-  X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                             \
-  X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020)                                 \
-  X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020)                                       \
-  X(cuArrayGetMemoryRequirements, PFN_cuArrayGetMemoryRequirements_v11060)                   \
-  X(cuMipmappedArrayGetMemoryRequirements, PFN_cuMipmappedArrayGetMemoryRequirements_v11060) \
-  X(cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040)                   \
-  X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040)
+#define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                   \
+  X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020, kRequired)                                \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000, kRequired)                                        \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000, kRequired)                                              \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000, kRequired)                                    \
+  X(cuDeviceGetUuid_v2, PFN_cuDeviceGetUuid_v11040, kRequired)                                  \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000, kRequired)                            \
+  X(cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000, kRequired)                \
+  X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000, kRequired)                                      \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000, kRequired)                                      \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000, kRequired)                                        \
+  X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000, kRequired)                                 \
+  X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, kRequired)                                   \
+  X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, kRequired)                                        \
+  X(cuStreamQuery, PFN_cuStreamQuery_v2000, kRequired)                                          \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000, kRequired)                             \
+  X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, kRequired) \
+  X(cuEventCreate, PFN_cuEventCreate_v2000, kRequired)                                          \
+  X(cuEventRecord, PFN_cuEventRecord_v2000, kRequired)                                          \
+  X(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz, kRequired)                                \
+  X(cuEventQuery, PFN_cuEventQuery_v2000, kRequired)                                            \
+  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, kRequired)                                \
+  X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080, kOptional)                            \
+  X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, kRequired)                                     \
+  X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020, kRequired)                         \
+  X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020, kRequired)                               \
+  X(cuArrayGetMemoryRequirements, PFN_cuArrayGetMemoryRequirements_v11060, kOptional)           \
+  X(cuMipmappedArrayGetMemoryRequirements, PFN_cuMipmappedArrayGetMemoryRequirements_v11060,    \
+    kOptional)                                                                                  \
+  X(cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040, kRequired)           \
+  X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040, kRequired)
 
 // NVML functions the shim hooks, then those it only calls.
 namespace nvml_pfn {
@@ -145,25 +164,25 @@ using GetCount = nvml::Return (*)(unsigned int*);
 using GetHandleByIndex = nvml::Return (*)(unsigned int, nvml::Device*);
 }  // namespace nvml_pfn
 
-#define CUSHARE_HOOKED_NVML_FUNCTIONS(X)                                              \
-  X(nvmlDeviceGetMemoryInfo, ::cushare::shim::nvml_pfn::GetMemoryInfo)                \
-  X(nvmlDeviceGetMemoryInfo_v2, ::cushare::shim::nvml_pfn::GetMemoryInfoV2)           \
-  X(nvmlDeviceGetComputeRunningProcesses, ::cushare::shim::nvml_pfn::GetProcessesV1)  \
-  X(nvmlDeviceGetComputeRunningProcesses_v2, ::cushare::shim::nvml_pfn::GetProcesses) \
-  X(nvmlDeviceGetComputeRunningProcesses_v3, ::cushare::shim::nvml_pfn::GetProcesses)
+#define CUSHARE_HOOKED_NVML_FUNCTIONS(X)                                                         \
+  X(nvmlDeviceGetMemoryInfo, ::cushare::shim::nvml_pfn::GetMemoryInfo, kRequired)                \
+  X(nvmlDeviceGetMemoryInfo_v2, ::cushare::shim::nvml_pfn::GetMemoryInfoV2, kOptional)           \
+  X(nvmlDeviceGetComputeRunningProcesses, ::cushare::shim::nvml_pfn::GetProcessesV1, kOptional)  \
+  X(nvmlDeviceGetComputeRunningProcesses_v2, ::cushare::shim::nvml_pfn::GetProcesses, kOptional) \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, ::cushare::shim::nvml_pfn::GetProcesses, kOptional)
 
-#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                                \
-  X(nvmlInit_v2, ::cushare::shim::nvml_pfn::Init)                          \
-  X(nvmlShutdown, ::cushare::shim::nvml_pfn::Shutdown)                     \
-  X(nvmlDeviceGetUUID, ::cushare::shim::nvml_pfn::GetUuid)                 \
-  X(nvmlDeviceGetHandleByUUID, ::cushare::shim::nvml_pfn::GetHandleByUuid) \
-  X(nvmlDeviceGetCount_v2, ::cushare::shim::nvml_pfn::GetCount)            \
-  X(nvmlDeviceGetHandleByIndex_v2, ::cushare::shim::nvml_pfn::GetHandleByIndex)
+#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                                           \
+  X(nvmlInit_v2, ::cushare::shim::nvml_pfn::Init, kRequired)                          \
+  X(nvmlShutdown, ::cushare::shim::nvml_pfn::Shutdown, kRequired)                     \
+  X(nvmlDeviceGetUUID, ::cushare::shim::nvml_pfn::GetUuid, kRequired)                 \
+  X(nvmlDeviceGetHandleByUUID, ::cushare::shim::nvml_pfn::GetHandleByUuid, kRequired) \
+  X(nvmlDeviceGetCount_v2, ::cushare::shim::nvml_pfn::GetCount, kRequired)            \
+  X(nvmlDeviceGetHandleByIndex_v2, ::cushare::shim::nvml_pfn::GetHandleByIndex, kRequired)
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct RealDriver {
-#define CUSHARE_MEMBER(sym, type) type sym = nullptr;
+#define CUSHARE_MEMBER(sym, type, need) type sym = nullptr;
   CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_MEMBER)
   CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(CUSHARE_MEMBER)
 #undef CUSHARE_MEMBER
@@ -172,7 +191,7 @@ struct RealDriver {
 #pragma GCC diagnostic pop
 
 struct RealNvml {
-#define CUSHARE_MEMBER(sym, type) type sym = nullptr;
+#define CUSHARE_MEMBER(sym, type, need) type sym = nullptr;
   CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_MEMBER)
   CUSHARE_REAL_ONLY_NVML_FUNCTIONS(CUSHARE_MEMBER)
 #undef CUSHARE_MEMBER
@@ -189,7 +208,9 @@ void load_real_nvml() noexcept;
 }  // namespace detail
 
 // The real driver table, loaded on first call (thread-safe). Entries the
-// installed driver lacks are nullptr (e.g. cuCtxCreate_v4 on a 12.4 driver).
+// installed driver lacks are nullptr (e.g. cuCtxCreate_v4 on a 12.4 driver)
+// until the program hands the shim one through cuGetProcAddress or dlsym
+// (bind_real_if_missing).
 inline const RealDriver& real() noexcept {
   if (!detail::g_real_driver_ready.load(std::memory_order_acquire)) detail::load_real_driver();
   return detail::g_real_driver;
@@ -198,6 +219,48 @@ inline const RealDriver& real() noexcept {
 inline const RealNvml& real_nvml() noexcept {
   if (!detail::g_real_nvml_ready.load(std::memory_order_acquire)) detail::load_real_nvml();
   return detail::g_real_nvml;
+}
+
+// The first required function `table` lacks (its name), or nullptr.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr const char* missing_required(const RealDriver& table) noexcept {
+#define CUSHARE_CHECK(sym, type, need) \
+  if (Need::need == Need::kRequired && !table.sym) return #sym;
+  CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_CHECK)
+  CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(CUSHARE_CHECK)
+#undef CUSHARE_CHECK
+  return nullptr;
+}
+#pragma GCC diagnostic pop
+
+constexpr const char* missing_required(const RealNvml& table) noexcept {
+#define CUSHARE_CHECK(sym, type, need) \
+  if (Need::need == Need::kRequired && !table.sym) return #sym;
+  CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_CHECK)
+  CUSHARE_REAL_ONLY_NVML_FUNCTIONS(CUSHARE_CHECK)
+#undef CUSHARE_CHECK
+  return nullptr;
+}
+
+// For a hook, by its own type (a Driver API function returns CUresult, an
+// NVML one nvmlReturn_t): the table holding the real function of its name,
+// and what the real library answers for a function it does not have.
+template <class... Args>
+inline const RealDriver& real_table_for(CUresult (*)(Args...)) noexcept {
+  return real();
+}
+template <class... Args>
+inline const RealNvml& real_table_for(nvml::Return (*)(Args...)) noexcept {
+  return real_nvml();
+}
+template <class... Args>
+constexpr CUresult not_found_result(CUresult (*)(Args...)) noexcept {
+  return CUDA_ERROR_NOT_FOUND;
+}
+template <class... Args>
+constexpr nvml::Return not_found_result(nvml::Return (*)(Args...)) noexcept {
+  return nvml::kErrorFunctionNotFound;
 }
 
 // glibc's own dlsym (found with dlvsym, never through the shim's dlsym hook).

@@ -10,8 +10,7 @@
 using namespace cushare::shim;
 
 extern "C" CUresult cuInit(unsigned int Flags) {
-  const RealDriver& r = real();
-  if (!r.cuInit) return CUDA_ERROR_NOT_INITIALIZED;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuInit)
   const CUresult rc = r.cuInit(Flags);
   if (rc != CUDA_SUCCESS) return rc;
   return ensure_initialized();
@@ -42,23 +41,20 @@ CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice de
 }  // namespace
 
 extern "C" CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuCtxCreate) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxCreate)
   CUSHARE_ACCOUNT_OR(r.cuCtxCreate(pctx, flags, dev))
   return measured_create(*st, pctx, dev, [&] { return r.cuCtxCreate(pctx, flags, dev); });
 }
 
 extern "C" CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuCtxCreate_v2) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxCreate_v2)
   CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v2(pctx, flags, dev))
   return measured_create(*st, pctx, dev, [&] { return r.cuCtxCreate_v2(pctx, flags, dev); });
 }
 
 extern "C" CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
                                    unsigned int flags, CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuCtxCreate_v3) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxCreate_v3)
   CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev))
   return measured_create(
       *st, pctx, dev, [&] { return r.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev); });
@@ -66,15 +62,14 @@ extern "C" CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsA
 
 extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
                                    unsigned int flags, CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuCtxCreate_v4) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxCreate_v4)
   CUSHARE_ACCOUNT_OR(r.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev))
   return measured_create(*st, pctx, dev,
                          [&] { return r.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev); });
 }
 
 extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy_v2)
   const CUresult rc = r.cuCtxDestroy_v2(ctx);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
     context_destroyed(*st, ctx, -1);
@@ -82,8 +77,7 @@ extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 
 extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
-  const RealDriver& r = real();
-  if (!r.cuCtxDestroy) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy)
   const CUresult rc = r.cuCtxDestroy(ctx);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
     context_destroyed(*st, ctx, -1);
@@ -111,7 +105,7 @@ CUresult primary_release(CUdevice dev, Call&& call) {
 }  // namespace
 
 extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRetain)
   CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
   std::lock_guard serial(creation_mutex());
   if (primary_active(dev)) {
@@ -130,23 +124,21 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 }
 
 extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRelease_v2)
   return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease_v2(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuDevicePrimaryCtxRelease) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRelease)
   return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxReset_v2)
   return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset_v2(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-  const RealDriver& r = real();
-  if (!r.cuDevicePrimaryCtxReset) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxReset)
   return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset(dev); });
 }

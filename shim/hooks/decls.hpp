@@ -13,7 +13,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 extern "C" {
-#define CUSHARE_DECLARE(sym, type) CUSHARE_EXPORT std::remove_pointer_t<type> sym;
+#define CUSHARE_DECLARE(sym, type, need) CUSHARE_EXPORT std::remove_pointer_t<type> sym;
 CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_DECLARE)
 CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_DECLARE)
 #undef CUSHARE_DECLARE

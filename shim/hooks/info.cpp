@@ -26,7 +26,7 @@ MemoryView view_for_gpu(const AllocationState& st, unsigned gpu, std::uint64_t r
 using namespace cushare::shim;
 
 extern "C" CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemGetInfo_v2)
   CUSHARE_ACCOUNT_OR(r.cuMemGetInfo_v2(free, total))
   size_t real_free = 0, real_total = 0;
   const CUresult rc = r.cuMemGetInfo_v2(&real_free, &real_total);
@@ -38,7 +38,10 @@ extern "C" CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   return rc;
 }
 
+// The 32-bit ABIs answer from the _v2 hooks (one view), and exist only where
+// the driver has them.
 extern "C" CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemGetInfo)
   size_t f = 0, t = 0;
   const CUresult rc = cuMemGetInfo_v2(&f, &t);
   if (rc != CUDA_SUCCESS) return rc;
@@ -49,7 +52,7 @@ extern "C" CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
 }
 
 extern "C" CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDeviceTotalMem_v2)
   CUSHARE_ACCOUNT_OR(r.cuDeviceTotalMem_v2(bytes, dev))
   size_t real_total = 0;
   const CUresult rc = r.cuDeviceTotalMem_v2(&real_total, dev);
@@ -62,6 +65,7 @@ extern "C" CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 }
 
 extern "C" CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuDeviceTotalMem)
   size_t t = 0;
   const CUresult rc = cuDeviceTotalMem_v2(bytes ? &t : nullptr, dev);
   if (rc == CUDA_SUCCESS && bytes)

@@ -6,6 +6,7 @@
 #include "shim/gate/launch_gate.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/hooks/decls.hpp"
+#include "shim/hooks/support.hpp"
 #include "shim/process/shim_env.hpp"
 
 using namespace cushare::shim;
@@ -69,7 +70,7 @@ extern "C" CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
                                    unsigned int blockDimY, unsigned int blockDimZ,
                                    unsigned int sharedMemBytes, CUstream hStream,
                                    void** kernelParams, void** extra) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernel)
   return gated(hStream, [&] {
     return r.cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
                             sharedMemBytes, hStream, kernelParams, extra);
@@ -81,7 +82,7 @@ extern "C" CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int blockDimY, unsigned int blockDimZ,
                                         unsigned int sharedMemBytes, CUstream hStream,
                                         void** kernelParams, void** extra) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernel_ptsz)
   return gated(hStream, [&] {
     return r.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
                                  sharedMemBytes, hStream, kernelParams, extra);
@@ -90,14 +91,14 @@ extern "C" CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
 
 extern "C" CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
                                      void** kernelParams, void** extra) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernelEx)
   return gated(config ? config->hStream : nullptr,
                [&] { return r.cuLaunchKernelEx(config, f, kernelParams, extra); });
 }
 
 extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                           void** kernelParams, void** extra) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernelEx_ptsz)
   return gated(config ? config->hStream : nullptr,
                [&] { return r.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra); });
 }
@@ -107,7 +108,7 @@ extern "C" CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDim
                                               unsigned int blockDimX, unsigned int blockDimY,
                                               unsigned int blockDimZ, unsigned int sharedMemBytes,
                                               CUstream hStream, void** kernelParams) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchCooperativeKernel)
   return gated(hStream, [&] {
     return r.cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                                        blockDimZ, sharedMemBytes, hStream, kernelParams);
@@ -120,7 +121,7 @@ extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
                                                    unsigned int blockDimZ,
                                                    unsigned int sharedMemBytes, CUstream hStream,
                                                    void** kernelParams) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchCooperativeKernel_ptsz)
   return gated(hStream, [&] {
     return r.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                                             blockDimZ, sharedMemBytes, hStream, kernelParams);
@@ -132,8 +133,7 @@ extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
 extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
                                                          unsigned int numDevices,
                                                          unsigned int flags) {
-  const RealDriver& r = real();
-  if (!r.cuLaunchCooperativeKernelMultiDevice) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchCooperativeKernelMultiDevice)
   CUstream stream = launchParamsList && numDevices ? launchParamsList[0].hStream : nullptr;
   return gated(stream, [&] {
     return r.cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
@@ -142,24 +142,24 @@ extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* lau
 #pragma GCC diagnostic pop
 
 extern "C" CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphLaunch)
   return graph_run(hGraphExec, hStream, true, [&] { return r.cuGraphLaunch(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphLaunch_ptsz)
   return graph_run(hGraphExec, hStream, true,
                    [&] { return r.cuGraphLaunch_ptsz(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphUpload)
   return graph_run(hGraphExec, hStream, false,
                    [&] { return r.cuGraphUpload(hGraphExec, hStream); });
 }
 
 extern "C" CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphUpload_ptsz)
   return graph_run(hGraphExec, hStream, false,
                    [&] { return r.cuGraphUpload_ptsz(hGraphExec, hStream); });
 }
@@ -167,7 +167,7 @@ extern "C" CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                            const CUgraphNode* dependencies, size_t numDependencies,
                                            CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphAddMemAllocNode)
   const CUresult rc =
       r.cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
   if (rc == CUDA_SUCCESS && nodeParams) graph_add_alloc(hGraph, nodeParams->bytesize);
@@ -181,8 +181,7 @@ extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGr
 extern "C" CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
                                        CUgraphNode* phErrorNode, char* logBuffer,
                                        size_t bufferSize) {
-  const RealDriver& r = real();
-  if (!r.cuGraphInstantiate) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphInstantiate)
   return instantiated(r.cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
                       phGraphExec, hGraph);
 }
@@ -190,8 +189,7 @@ extern "C" CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
 extern "C" CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
                                           CUgraphNode* phErrorNode, char* logBuffer,
                                           size_t bufferSize) {
-  const RealDriver& r = real();
-  if (!r.cuGraphInstantiate_v2) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphInstantiate_v2)
   return instantiated(
       r.cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), phGraphExec,
       hGraph);
@@ -199,44 +197,42 @@ extern "C" CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGra
 
 extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                 unsigned long long flags) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphInstantiateWithFlags)
   return instantiated(r.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), phGraphExec,
                       hGraph);
 }
 
 extern "C" CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                  CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphInstantiateWithParams)
   return instantiated(r.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams),
                       phGraphExec, hGraph);
 }
 
 extern "C" CUresult cuGraphInstantiateWithParams_ptsz(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphInstantiateWithParams_ptsz)
   return instantiated(r.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams),
                       phGraphExec, hGraph);
 }
 
 extern "C" CUresult cuStreamBeginCapture(CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuStreamBeginCapture) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture)
   return begin_capture(hStream, [&] { return r.cuStreamBeginCapture(hStream); });
 }
 
 extern "C" CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuStreamBeginCapture_ptsz) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture_ptsz)
   return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_ptsz(hStream); });
 }
 
 extern "C" CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture_v2)
   return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_v2(hStream, mode); });
 }
 
 extern "C" CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture_v2_ptsz)
   return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_v2_ptsz(hStream, mode); });
 }
 
@@ -244,8 +240,7 @@ extern "C" CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph
                                                 const CUgraphNode* dependencies,
                                                 const CUgraphEdgeData* dependencyData,
                                                 size_t numDependencies, CUstreamCaptureMode mode) {
-  const RealDriver& r = real();
-  if (!r.cuStreamBeginCaptureToGraph) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCaptureToGraph)
   return begin_capture(hStream, [&] {
     return r.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
                                          numDependencies, mode);
@@ -257,8 +252,7 @@ extern "C" CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph h
                                                      const CUgraphEdgeData* dependencyData,
                                                      size_t numDependencies,
                                                      CUstreamCaptureMode mode) {
-  const RealDriver& r = real();
-  if (!r.cuStreamBeginCaptureToGraph_ptsz) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCaptureToGraph_ptsz)
   return begin_capture(hStream, [&] {
     return r.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
                                               numDependencies, mode);
@@ -266,26 +260,25 @@ extern "C" CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph h
 }
 
 extern "C" CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamEndCapture)
   return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture(hStream, phGraph); });
 }
 
 extern "C" CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamEndCapture_ptsz)
   return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
 }
 
 // Stream destruction: the gate may still need the handle for a tail of
 // launches (gate/tracker.hpp); it records that tail first.
 extern "C" CUresult cuStreamDestroy(CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuStreamDestroy) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamDestroy)
   gate::streams_destroying(hStream);
   return r.cuStreamDestroy(hStream);
 }
 
 extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamDestroy_v2)
   gate::streams_destroying(hStream);
   return r.cuStreamDestroy_v2(hStream);
 }
@@ -304,14 +297,12 @@ CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
 }  // namespace
 
 extern "C" CUresult cuCtxSynchronize() {
-  const RealDriver& r = real();
-  if (!r.cuCtxSynchronize) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxSynchronize)
   return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize(); });
 }
 
 extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  const RealDriver& r = real();
-  if (!r.cuCtxSynchronize_v2) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxSynchronize_v2)
   // Another context than the current one says nothing about the tracker's.
   CUcontext current = nullptr;
   if (ctx && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
@@ -320,13 +311,11 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 }
 
 extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuStreamSynchronize) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize)
   return synchronised(hStream, false, [&] { return r.cuStreamSynchronize(hStream); });
 }
 
 extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuStreamSynchronize_ptsz) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize_ptsz)
   return synchronised(hStream, false, [&] { return r.cuStreamSynchronize_ptsz(hStream); });
 }

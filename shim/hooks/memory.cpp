@@ -98,7 +98,7 @@ void release_charge(const AllocationState& st, const Charge& charge) noexcept {
 using namespace cushare::shim;
 
 extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAlloc_v2)
   CUSHARE_ACCOUNT_OR(r.cuMemAlloc_v2(dptr, bytesize))
   if (!dptr || bytesize == 0) return r.cuMemAlloc_v2(dptr, bytesize);
   return charged_alloc(*st, "cuMemAlloc_v2", dptr, bytesize, ChargeKind::kDevice,
@@ -106,8 +106,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 extern "C" CUresult cuMemAlloc(legacy::DevicePtrV1* dptr, unsigned int bytesize) {
-  const RealDriver& r = real();
-  if (!r.cuMemAlloc) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAlloc)
   CUSHARE_ACCOUNT_OR(r.cuMemAlloc(dptr, bytesize))
   if (!dptr || bytesize == 0) return r.cuMemAlloc(dptr, bytesize);
   return charged_alloc(*st, "cuMemAlloc", dptr, bytesize, ChargeKind::kDevice,
@@ -116,7 +115,7 @@ extern "C" CUresult cuMemAlloc(legacy::DevicePtrV1* dptr, unsigned int bytesize)
 
 extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
                                        size_t Height, unsigned int ElementSizeBytes) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocPitch_v2)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes))
   if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0)
     return r.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -128,8 +127,7 @@ extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t
 extern "C" CUresult cuMemAllocPitch(legacy::DevicePtrV1* dptr, unsigned int* pPitch,
                                     unsigned int WidthInBytes, unsigned int Height,
                                     unsigned int ElementSizeBytes) {
-  const RealDriver& r = real();
-  if (!r.cuMemAllocPitch) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocPitch)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes))
   if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0)
     return r.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -139,7 +137,7 @@ extern "C" CUresult cuMemAllocPitch(legacy::DevicePtrV1* dptr, unsigned int* pPi
 }
 
 extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocManaged)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocManaged(dptr, bytesize, flags))
   if (!dptr || bytesize == 0) return r.cuMemAllocManaged(dptr, bytesize, flags);
   // Managed memory becomes resident on touch; not charging it would let a
@@ -149,12 +147,11 @@ extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsign
 }
 
 extern "C" CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemFree_v2)
   return charged_free(dptr, [&] { return r.cuMemFree_v2(dptr); });
 }
 
 extern "C" CUresult cuMemFree(legacy::DevicePtrV1 dptr) {
-  const RealDriver& r = real();
-  if (!r.cuMemFree) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemFree)
   return charged_free(dptr, [&] { return r.cuMemFree(dptr); });
 }

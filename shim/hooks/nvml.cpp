@@ -10,6 +10,7 @@
 
 #include "shim/accounting/memory_view.hpp"
 #include "shim/hooks/decls.hpp"
+#include "shim/hooks/support.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
@@ -88,8 +89,7 @@ nvml::Return filtered_processes(nvml::Device dev, unsigned int* count, Info* inf
 using namespace cushare::shim;
 
 extern "C" nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device device, nvml::Memory* memory) {
-  const RealNvml& n = real_nvml();
-  if (!n.nvmlDeviceGetMemoryInfo) return nvml::kErrorFunctionNotFound;
+  CUSHARE_REAL_OR_NOT_FOUND(n, nvmlDeviceGetMemoryInfo)
   const nvml::Return rc = n.nvmlDeviceGetMemoryInfo(device, memory);
   if (rc != nvml::kSuccess || !memory) return rc;
   const GpuView g = view_of(device);
@@ -106,8 +106,7 @@ extern "C" nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device device, nvml::Memor
 }
 
 extern "C" nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device device, nvml::MemoryV2* memory) {
-  const RealNvml& n = real_nvml();
-  if (!n.nvmlDeviceGetMemoryInfo_v2) return nvml::kErrorFunctionNotFound;
+  CUSHARE_REAL_OR_NOT_FOUND(n, nvmlDeviceGetMemoryInfo_v2)
   const nvml::Return rc = n.nvmlDeviceGetMemoryInfo_v2(device, memory);
   if (rc != nvml::kSuccess || !memory) return rc;
   const GpuView g = view_of(device);
@@ -127,23 +126,20 @@ extern "C" nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device device, nvml::Me
 extern "C" nvml::Return nvmlDeviceGetComputeRunningProcesses(nvml::Device device,
                                                              unsigned int* infoCount,
                                                              nvml::ProcessInfoV1* infos) {
-  const RealNvml& n = real_nvml();
-  if (!n.nvmlDeviceGetComputeRunningProcesses) return nvml::kErrorFunctionNotFound;
+  CUSHARE_REAL_OR_NOT_FOUND(n, nvmlDeviceGetComputeRunningProcesses)
   return filtered_processes(device, infoCount, infos, n.nvmlDeviceGetComputeRunningProcesses);
 }
 
 extern "C" nvml::Return nvmlDeviceGetComputeRunningProcesses_v2(nvml::Device device,
                                                                 unsigned int* infoCount,
                                                                 nvml::ProcessInfo* infos) {
-  const RealNvml& n = real_nvml();
-  if (!n.nvmlDeviceGetComputeRunningProcesses_v2) return nvml::kErrorFunctionNotFound;
+  CUSHARE_REAL_OR_NOT_FOUND(n, nvmlDeviceGetComputeRunningProcesses_v2)
   return filtered_processes(device, infoCount, infos, n.nvmlDeviceGetComputeRunningProcesses_v2);
 }
 
 extern "C" nvml::Return nvmlDeviceGetComputeRunningProcesses_v3(nvml::Device device,
                                                                 unsigned int* infoCount,
                                                                 nvml::ProcessInfo* infos) {
-  const RealNvml& n = real_nvml();
-  if (!n.nvmlDeviceGetComputeRunningProcesses_v3) return nvml::kErrorFunctionNotFound;
+  CUSHARE_REAL_OR_NOT_FOUND(n, nvmlDeviceGetComputeRunningProcesses_v3)
   return filtered_processes(device, infoCount, infos, n.nvmlDeviceGetComputeRunningProcesses_v3);
 }

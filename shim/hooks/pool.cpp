@@ -7,14 +7,14 @@
 using namespace cushare::shim;
 
 extern "C" CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocAsync)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocAsync(dptr, bytesize, hStream))
   return pool_alloc(*st, dptr, bytesize, nullptr, hStream, "cuMemAllocAsync",
                     [&] { return r.cuMemAllocAsync(dptr, bytesize, hStream); });
 }
 
 extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocAsync_ptsz)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocAsync_ptsz(dptr, bytesize, hStream))
   return pool_alloc(*st, dptr, bytesize, nullptr, hStream, "cuMemAllocAsync_ptsz",
                     [&] { return r.cuMemAllocAsync_ptsz(dptr, bytesize, hStream); });
@@ -22,7 +22,7 @@ extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUs
 
 extern "C" CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                             CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocFromPoolAsync)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream))
   if (!pool) return r.cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
   return pool_alloc(*st, dptr, bytesize, pool, hStream, "cuMemAllocFromPoolAsync",
@@ -31,7 +31,7 @@ extern "C" CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, 
 
 extern "C" CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                  CUmemoryPool pool, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocFromPoolAsync_ptsz)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream))
   if (!pool) return r.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
   return pool_alloc(*st, dptr, bytesize, pool, hStream, "cuMemAllocFromPoolAsync_ptsz",
@@ -39,17 +39,17 @@ extern "C" CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes
 }
 
 extern "C" CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemFreeAsync)
   return async_free(dptr, hStream, [&] { return r.cuMemFreeAsync(dptr, hStream); });
 }
 
 extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemFreeAsync_ptsz)
   return async_free(dptr, hStream, [&] { return r.cuMemFreeAsync_ptsz(dptr, hStream); });
 }
 
 extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemPoolCreate)
   const CUresult rc = r.cuMemPoolCreate(pool, poolProps);
   const AllocationState* st = allocation_state();
   if (!st || rc != CUDA_SUCCESS || !pool || !poolProps || pool_created(*st, *pool, *poolProps))
@@ -61,7 +61,7 @@ extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* po
 }
 
 extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemPoolDestroy)
   const CUresult rc = r.cuMemPoolDestroy(pool);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
     pool_destroyed(*st, pool);
@@ -69,7 +69,7 @@ extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 }
 
 extern "C" CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemPoolTrimTo)
   const CUresult rc = r.cuMemPoolTrimTo(pool, minBytesToKeep);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
     pool_trimmed(*st, pool);

@@ -1,10 +1,24 @@
+// The openings every hook uses.
+#pragma once
+
+#include "shim/hooks/decls.hpp"
+#include "shim/process/allocation_state.hpp"
+
+// The first line of every hook that forwards to the real function of its own
+// name: binds `r` to the table holding it (the driver's or NVML's) and, when
+// the installed library lacks that function, answers as the library answers
+// for a function it does not have (CUDA_ERROR_NOT_FOUND,
+// NVML_ERROR_FUNCTION_NOT_FOUND), before the hook does anything else. A
+// program built for a newer driver links to the shim's export of a function
+// the older driver lacks; without this it would call through a null pointer.
+#define CUSHARE_REAL_OR_NOT_FOUND(r, sym)                  \
+  const auto& r = ::cushare::shim::real_table_for(&::sym); \
+  if (!r.sym) [[unlikely]]                                 \
+    return ::cushare::shim::not_found_result(&::sym);
+
 // The opening of every accounted hook: initialise on first use, then either
 // account (st is set), forward untouched (disabled / exiting) or fail with
 // the initialisation error (bad configuration: fail closed).
-#pragma once
-
-#include "shim/process/allocation_state.hpp"
-
 #define CUSHARE_ACCOUNT_OR(forward)                       \
   const ::cushare::shim::AllocationState* st = nullptr;   \
   CUresult init_error = CUDA_SUCCESS;                     \

@@ -108,7 +108,7 @@ using namespace cushare::shim;
 
 extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                 const CUmemAllocationProp* prop, unsigned long long flags) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemCreate)
   CUSHARE_ACCOUNT_OR(r.cuMemCreate(handle, size, prop, flags))
   if (!handle || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return r.cuMemCreate(handle, size, prop, flags);
@@ -129,7 +129,7 @@ extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t siz
 }
 
 extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemRelease)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemRelease(handle);
   return vmm_release(*st, handle);
@@ -137,46 +137,41 @@ extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                              CUmemGenericAllocationHandle handle, unsigned long long flags) {
-  const RealDriver& r = real();
-  if (!r.cuMemMap) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemMap)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemMap(ptr, size, offset, handle, flags);
   return vmm_map(*st, ptr, size, offset, handle, flags);
 }
 
 extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  const RealDriver& r = real();
-  if (!r.cuMemUnmap) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemUnmap)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemUnmap(ptr, size);
   return vmm_unmap(*st, ptr, size);
 }
 
 extern "C" CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
-  const RealDriver& r = real();
-  if (!r.cuMemRetainAllocationHandle) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemRetainAllocationHandle)
   if (!allocation_state()) return r.cuMemRetainAllocationHandle(handle, addr);
   return vmm_retain(handle, addr);
 }
 
 extern "C" CUresult cuMemMapArrayAsync(CUarrayMapInfo* mapInfoList, unsigned int count,
                                        CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuMemMapArrayAsync) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemMapArrayAsync)
   if (!allocation_state()) return r.cuMemMapArrayAsync(mapInfoList, count, hStream);
   return vmm_map_array(mapInfoList, count, hStream, false);
 }
 
 extern "C" CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigned int count,
                                             CUstream hStream) {
-  const RealDriver& r = real();
-  if (!r.cuMemMapArrayAsync_ptsz) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemMapArrayAsync_ptsz)
   if (!allocation_state()) return r.cuMemMapArrayAsync_ptsz(mapInfoList, count, hStream);
   return vmm_map_array(mapInfoList, count, hStream, true);
 }
 
 extern "C" CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuArrayCreate_v2)
   CUSHARE_ACCOUNT_OR(r.cuArrayCreate_v2(pHandle, d))
   if (!pHandle || !d) return r.cuArrayCreate_v2(pHandle, d);
   return charged_array(
@@ -188,8 +183,7 @@ extern "C" CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPT
 }
 
 extern "C" CUresult cuArrayCreate(CUarray* pHandle, const legacy::ArrayDescriptorV1* d) {
-  const RealDriver& r = real();
-  if (!r.cuArrayCreate) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuArrayCreate)
   CUSHARE_ACCOUNT_OR(r.cuArrayCreate(pHandle, d))
   if (!pHandle || !d) return r.cuArrayCreate(pHandle, d);
   return charged_array(
@@ -201,7 +195,7 @@ extern "C" CUresult cuArrayCreate(CUarray* pHandle, const legacy::ArrayDescripto
 }
 
 extern "C" CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuArray3DCreate_v2)
   CUSHARE_ACCOUNT_OR(r.cuArray3DCreate_v2(pHandle, d))
   if (!pHandle || !d) return r.cuArray3DCreate_v2(pHandle, d);
   return charged_array(
@@ -213,8 +207,7 @@ extern "C" CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESC
 }
 
 extern "C" CUresult cuArray3DCreate(CUarray* pHandle, const legacy::Array3DDescriptorV1* d) {
-  const RealDriver& r = real();
-  if (!r.cuArray3DCreate) return CUDA_ERROR_NOT_FOUND;
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuArray3DCreate)
   CUSHARE_ACCOUNT_OR(r.cuArray3DCreate(pHandle, d))
   if (!pHandle || !d) return r.cuArray3DCreate(pHandle, d);
   return charged_array(
@@ -226,7 +219,7 @@ extern "C" CUresult cuArray3DCreate(CUarray* pHandle, const legacy::Array3DDescr
 }
 
 extern "C" CUresult cuArrayDestroy(CUarray hArray) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuArrayDestroy)
   return charged_destroy(reinterpret_cast<std::uint64_t>(hArray),
                          [&] { return r.cuArrayDestroy(hArray); });
 }
@@ -234,7 +227,7 @@ extern "C" CUresult cuArrayDestroy(CUarray hArray) {
 extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                            const CUDA_ARRAY3D_DESCRIPTOR* d,
                                            unsigned int numMipmapLevels) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMipmappedArrayCreate)
   CUSHARE_ACCOUNT_OR(r.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels))
   if (!pHandle || !d) return r.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
   // All levels together stay below twice the base level.
@@ -255,7 +248,7 @@ extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
 }
 
 extern "C" CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
-  const RealDriver& r = real();
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMipmappedArrayDestroy)
   return charged_destroy(reinterpret_cast<std::uint64_t>(hMipmappedArray),
                          [&] { return r.cuMipmappedArrayDestroy(hMipmappedArray); });
 }

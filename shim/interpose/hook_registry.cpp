@@ -9,7 +9,7 @@ namespace cushare::shim {
 namespace {
 
 constexpr std::size_t kCount = 0
-#define CUSHARE_COUNT(sym, type) +1
+#define CUSHARE_COUNT(sym, type, need) +1
     CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_COUNT) CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_COUNT)
 #undef CUSHARE_COUNT
     ;
@@ -20,11 +20,11 @@ constexpr std::size_t kCount = 0
 const std::array<HookEntry, kCount>& table() noexcept {
   static const std::array<HookEntry, kCount> sorted = [] {
     std::array<HookEntry, kCount> t{{
-#define CUSHARE_ENTRY(sym, type) \
+#define CUSHARE_ENTRY(sym, type, need) \
   {#sym, reinterpret_cast<void*>(&::sym), reinterpret_cast<void**>(&detail::g_real_driver.sym)},
         CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_ENTRY)
 #undef CUSHARE_ENTRY
-#define CUSHARE_ENTRY(sym, type) \
+#define CUSHARE_ENTRY(sym, type, need) \
   {#sym, reinterpret_cast<void*>(&::sym), reinterpret_cast<void**>(&detail::g_real_nvml.sym)},
             CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_ENTRY)
 #undef CUSHARE_ENTRY

@@ -7,6 +7,9 @@
 // exact exported symbol (ABI) the driver returned, and if the shim wraps that
 // symbol the wrapper is returned instead. A request for "cuGetProcAddress"
 // itself therefore returns the shim's resolver of the matching ABI.
+// Unlike the other hooks, each answers through whichever of the two resolvers
+// the driver has (both optional in real_driver.hpp); only a driver with
+// neither gets CUDA_ERROR_NOT_FOUND.
 #include <atomic>
 #include <cstring>
 #include <string_view>
@@ -83,7 +86,7 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
           pfn && *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
   } else {
-    return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_ERROR_NOT_FOUND;
   }
   if (rc == CUDA_SUCCESS && pfn) *pfn = substitute(symbol, *pfn, cudaVersion, flags);
   return rc;
@@ -99,7 +102,7 @@ extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVer
   } else if (r.cuGetProcAddress_v2) {
     rc = r.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
   } else {
-    return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_ERROR_NOT_FOUND;
   }
   if (rc == CUDA_SUCCESS && pfn) *pfn = substitute(symbol, *pfn, cudaVersion, flags);
   return rc;

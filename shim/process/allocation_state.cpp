@@ -15,10 +15,11 @@
 
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/managed_allocation.hpp"
+#include "shim/accounting/memory_accounting.hpp"
 #include "shim/devices/device_uuid.hpp"
 #include "shim/devices/visible_devices.hpp"
 #include "shim/driver/real_driver.hpp"
-#include "shim/process/fork_hooks.hpp"
+#include "shim/process/fork_reset.hpp"
 #include "shim/process/logging.hpp"
 #include "shim/process/shim_env.hpp"
 #include "shm/limits_seqlock.hpp"
@@ -96,15 +97,15 @@ void release_at_exit() {
   if (st) shm::release_slot(*st->usage, st->slot_index);
 }
 
-void atfork_prepare() {
+// Initialisation is never half-done in a fork child: the fork waits for it.
+void atfork_prepare() noexcept {
   init_mutex().lock();
 }
-void atfork_parent() {
+void atfork_parent() noexcept {
   init_mutex().unlock();
 }
-void atfork_child() {
+void atfork_child() noexcept {
   init_mutex().unlock();
-  run_fork_child_hooks();
   if (detail::g_mode.load(std::memory_order_relaxed) == ShimMode::kActive) {
     holder().needs_new_slot = true;
     detail::g_state.store(nullptr, std::memory_order_relaxed);
@@ -116,7 +117,8 @@ void register_process_hooks_once() {
   static bool done = false;
   if (done) return;
   done = true;
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  on_fork(ForkStage::kAccounting, reset_accounting_after_fork);
+  on_fork(ForkStage::kAllocation, atfork_child, atfork_prepare, atfork_parent);
   std::atexit(release_at_exit);
 }
 
@@ -267,7 +269,7 @@ std::optional<fs::path> allocation_dir(const ShimEnv& env,
 
 CUresult initialize_locked() {
   auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
-                           fs::is_directory(kDefaultRunDir));
+                           fs::is_directory(shm::kDefaultNodeRunDir));
   if (!env) return fail_closed(env.error());
   const auto& managed = managed_allocation();
   const auto alloc_dir = allocation_dir(*env, managed);
@@ -292,9 +294,13 @@ CUresult initialize_locked() {
   }
 
   const RealDriver& r = real();
-  if (!r.library_loaded || !r.cuDeviceGetCount || !r.cuDeviceGet || !r.cuDeviceGetUuid_v2 ||
-      !r.cuDeviceTotalMem_v2) {
-    log().error("libcuda.so.1 (or a function the shim needs from it) was not found");
+  if (!r.library_loaded) {
+    log().error("libcuda.so.1 was not found");
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (const char* missing = missing_required(r)) {
+    log().error("libcuda.so.1 has no {}, which the shim needs (a driver older than CUDA 11.4?)",
+                missing);
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   int count = 0;
@@ -398,9 +404,10 @@ using GpuList = shm::Parsed<std::vector<shm::VisibleGpu>>;
 
 GpuList nvml_visible_gpus() {
   const RealNvml& n = real_nvml();
-  if (!n.library_loaded || !n.nvmlDeviceGetCount_v2 || !n.nvmlDeviceGetHandleByIndex_v2 ||
-      !n.nvmlDeviceGetUUID || !n.nvmlDeviceGetMemoryInfo) {
-    return GpuList::fail("libnvidia-ml.so.1 lacks a function the shim needs to list the GPUs");
+  if (!n.library_loaded) return GpuList::fail("libnvidia-ml.so.1 was not found");
+  if (const char* missing = missing_required(n)) {
+    return GpuList::fail(std::string("libnvidia-ml.so.1 has no ") + missing +
+                         ", which the shim needs to list the GPUs");
   }
   unsigned count = 0;
   if (nvml::Return rc = n.nvmlDeviceGetCount_v2(&count); rc != nvml::kSuccess) {
@@ -433,7 +440,7 @@ std::atomic<NvmlViewState> g_nvml_view{NvmlViewState::kUnknown};
 // Called with init_mutex held, before CUDA is initialised.
 NvmlViewState open_regions_for_nvml() {
   auto env = shim_env_from(shm::process_env(), static_cast<unsigned>(getuid()),
-                           fs::is_directory(kDefaultRunDir));
+                           fs::is_directory(shm::kDefaultNodeRunDir));
   if (!env) {
     log().error("NVML memory figures unavailable: {}", env.error());
     return NvmlViewState::kFailed;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 #include "shim/accounting/managed_allocation.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
 namespace {
@@ -37,7 +38,7 @@ shm::Parsed<ShimEnv> shim_env_from(const shm::EnvLookup& env, unsigned uid, bool
     }
     out.run_dir = dir;
   } else {
-    out.run_dir = var_run_exists ? kDefaultRunDir : "/tmp/cushare-" + std::to_string(uid);
+    out.run_dir = var_run_exists ? shm::kDefaultNodeRunDir : "/tmp/cushare-" + std::to_string(uid);
   }
   return shm::Parsed<ShimEnv>::ok(std::move(out));
 }

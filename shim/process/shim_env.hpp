@@ -20,11 +20,10 @@ struct ShimEnv {
   std::string run_dir;
 };
 
-// `var_run_exists`: whether /var/run/cushare is a directory (the default run
-// dir when CUSHARE_RUN_DIR is unset); otherwise /tmp/cushare-<uid>.
+// `var_run_exists`: whether shm::kDefaultNodeRunDir (/var/run/cushare) is a
+// directory (the default run dir when CUSHARE_RUN_DIR is unset); otherwise
+// /tmp/cushare-<uid>.
 shm::Parsed<ShimEnv> shim_env_from(const shm::EnvLookup& env, unsigned uid, bool var_run_exists);
-
-inline constexpr char kDefaultRunDir[] = "/var/run/cushare";
 
 }  // namespace cushare::shim
 

@@ -9,7 +9,6 @@
 // capped allocation.
 #include "shim/gate/launch_gate.hpp"
 
-#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@
 #include "shim/gate/duty_cycle_table.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
+#include "shim/process/fork_reset.hpp"
 #include "shm/daemon_timing.hpp"
 #include "shm/run_dir_layout.hpp"
 
@@ -164,7 +164,7 @@ void reset_gate_after_fork() noexcept {
 }
 
 CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {
-  std::call_once(g_fork_once, [] { pthread_atfork(nullptr, nullptr, reset_gate_after_fork); });
+  std::call_once(g_fork_once, [] { on_fork(ForkStage::kGate, reset_gate_after_fork); });
   const shm::LimitsRegion& limits = *st.limits;
   const shm::GpuLimits& gl = limits.gpus[gpu];
   shm::GpuUsage& gu = st.usage->gpus[gpu];

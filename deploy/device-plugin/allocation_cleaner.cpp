@@ -34,7 +34,7 @@ std::optional<std::set<std::string>> FromCheckpoint(const PluginConfig& config) 
   if (!in) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
-  return LiveAllocationsFromCheckpoint(text.str(), config.resource_name);
+  return LiveAllocationsFromCheckpoint(text.str(), ResourceNames(config));
 }
 
 Clock::time_point MTime(const fs::path& p) {

@@ -1,5 +1,7 @@
 #include "deploy/device-plugin/cleanup_policy.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "deploy/device-plugin/allocation_plan.hpp"
@@ -28,8 +30,8 @@ std::vector<std::string> FoldersToRemove(const std::vector<AllocationFolderFacts
   return remove;
 }
 
-std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(std::string_view checkpoint_json,
-                                                                   std::string_view resource_name) {
+std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(
+    std::string_view checkpoint_json, const std::vector<std::string>& resource_names) {
   using nlohmann::json;
   const json doc = json::parse(checkpoint_json, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("Data") || !doc["Data"].is_object()) return std::nullopt;
@@ -44,7 +46,9 @@ std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(std::string_v
       return std::nullopt;
     }
     if (!e["ResourceName"].is_string()) return std::nullopt;
-    if (e["ResourceName"].get<std::string>() != resource_name) continue;
+    if (std::find(resource_names.begin(), resource_names.end(),
+                  e["ResourceName"].get<std::string>()) == resource_names.end())
+      continue;
     std::vector<std::string> ids;
     const json& d = e["DeviceIDs"];
     auto add_list = [&](const json& list) {

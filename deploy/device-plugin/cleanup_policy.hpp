@@ -45,10 +45,11 @@ std::vector<std::string> FoldersToRemove(const std::vector<AllocationFolderFacts
                                          std::chrono::system_clock::time_point now,
                                          const PluginConfig& config);
 
-// Allocation ids of the kubelet checkpoint's entries for `resource_name`;
+// Allocation ids of the kubelet checkpoint's entries for the plugin's
+// resources (`resource_names`: one per profile);
 // std::nullopt when the text is not a checkpoint we understand (then the
 // caller falls back to the age rule rather than trusting an empty set).
-std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(std::string_view checkpoint_json,
-                                                                   std::string_view resource_name);
+std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(
+    std::string_view checkpoint_json, const std::vector<std::string>& resource_names);
 
 }  // namespace cushare::plugin

@@ -3,10 +3,15 @@
 // container edits. See docs/kubernetes.md.
 #include <signal.h>
 
+#include <exception>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -20,6 +25,7 @@
 #include "deploy/device-plugin/nvml_library.hpp"
 #include "deploy/device-plugin/plugin_config.hpp"
 #include "deploy/device-plugin/plugin_runner.hpp"
+#include "deploy/device-plugin/served_profiles.hpp"
 #include "shm/mapping_guard.hpp"
 #include "shm/run_dir_layout.hpp"
 
@@ -121,6 +127,43 @@ std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
   return nodes;
 }
 
+// "resource R with N units per GPU, mode M" for each resource served.
+std::string DescribeResources(const PluginConfig& config) {
+  std::vector<PluginConfig> served;
+  if (config.profiles.empty()) served.push_back(config);
+  for (const auto& p : config.profiles) served.push_back(ConfigForProfile(config, p));
+  std::string out;
+  for (std::size_t i = 0; i < served.size(); ++i) {
+    const PluginConfig& c = served[i];
+    out += fmt::format("{}resource {} with {} units per GPU, mode {}", i ? "; " : "",
+                       c.resource_name, c.units_per_gpu, ToString(c.compute_mode));
+    if (!config.profiles.empty()) out += fmt::format(" on GPUs {}", config.profiles[i].gpus);
+  }
+  return out;
+}
+
+// Runs every runner on its own thread until all have returned. The first to
+// return (a shutdown, or a socket it cannot serve) stops the others; the
+// first error is rethrown.
+void RunAll(std::vector<std::unique_ptr<PluginRunner>>& runners) {
+  std::mutex mu;
+  std::exception_ptr first_error;
+  std::vector<std::thread> threads;
+  for (auto& runner : runners) {
+    threads.emplace_back([&, r = runner.get()] {
+      try {
+        r->Run();
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first_error) first_error = std::current_exception();
+      }
+      for (auto& other : runners) other->RequestShutdown();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,11 +199,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   if (check_config) {
-    fmt::print(
-        "configuration OK: resource {} with {} units per GPU, packing {}, GPU spanning {}, mode "
-        "{}\n",
-        config.resource_name, config.units_per_gpu, ToString(config.packing),
-        ToString(config.gpu_spanning), ToString(config.compute_mode));
+    fmt::print("configuration OK: {}, packing {}, GPU spanning {}\n", DescribeResources(config),
+               ToString(config.packing), ToString(config.gpu_spanning));
     return 0;
   }
 
@@ -180,10 +220,16 @@ int main(int argc, char** argv) {
                    g.memory_bytes >> 20, g.pci_bus_id, g.numa_node);
     }
     if (inventory.gpus.empty()) spdlog::warn("no GPU found: advertising no devices");
-    for (const auto& g : inventory.gpus) {
-      if (FormatDeviceId(g.uuid, config.units_per_gpu - 1).size() > kMaxDeviceIdLength) {
-        spdlog::error("device IDs of GPU {} exceed the kubelet's {}-character limit", g.uuid,
-                      kMaxDeviceIdLength);
+    const ProfilePlan plan = PlanProfiles(config, inventory);
+    for (const auto& uuid : plan.unassigned_gpus) {
+      spdlog::warn("GPU {} is in no profile: not advertised", uuid);
+    }
+    for (const auto& p : plan.profiles) {
+      for (const auto& g : p.inventory.gpus) {
+        if (FormatDeviceId(g.uuid, p.config.units_per_gpu - 1).size() > kMaxDeviceIdLength) {
+          spdlog::error("device IDs of GPU {} exceed the kubelet's {}-character limit", g.uuid,
+                        kMaxDeviceIdLength);
+        }
       }
     }
     fs::create_directories(fs::path(config.run_dir) / cushare::shm::kAllocDirName);
@@ -196,17 +242,26 @@ int main(int argc, char** argv) {
     cleaner.Start();
     IdentityPublisher identities(config);
     identities.Start();
-    PluginRunner runner(inventory, config, health, store);
+    // One registration per resource: each runner serves its own socket and
+    // re-registers on its own; the first to end (a shutdown, or an error)
+    // ends them all.
+    std::vector<std::unique_ptr<PluginRunner>> runners;
+    for (const auto& p : plan.profiles) {
+      runners.push_back(std::make_unique<PluginRunner>(p.inventory, p.config, health, store));
+    }
+    auto shutdown_all = [&] {
+      for (auto& r : runners) r->RequestShutdown();
+    };
 
     std::thread signal_thread([&] {
       int sig = 0;
       sigwait(&signals, &sig);
       spdlog::info("signal {}: shutting down", sig);
-      runner.RequestShutdown();
+      shutdown_all();
     });
 
-    // The signal thread uses the runner: before the runner goes (normally or
-    // by an exception), wake the thread if no signal came (SIGTERM is blocked
+    // The signal thread uses the runners: before they go (normally or by an
+    // exception), wake the thread if no signal came (SIGTERM is blocked
     // everywhere, so it stays pending for that thread) and wait for it.
     struct SignalThreadJoiner {
       std::thread& thread;
@@ -216,11 +271,14 @@ int main(int argc, char** argv) {
       }
     } joiner{signal_thread};
 
-    runner.Run();
+    RunAll(runners);
     health.Close();
     cleaner.Stop();
     identities.Stop();
     health_watcher.Stop();
+  } catch (const ConfigError& e) {  // profiles that do not fit this node's GPUs
+    fmt::print(stderr, "cushare-device-plugin: bad configuration: {}\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     spdlog::critical("cushare-device-plugin: {}", e.what());
     return 1;

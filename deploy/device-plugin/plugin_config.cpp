@@ -3,6 +3,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -63,17 +64,55 @@ auto GetEnum(const json& v, const std::string& key, Parse parse) {
   }
 }
 
+unsigned GetUnitsPerGpu(const json& v, const std::string& k) {
+  const auto n = GetUnsigned(v, k);
+  if (n > 100000) throw ConfigError(fmt::format("config key '{}' is too large: {}", k, n));
+  return static_cast<unsigned>(n);
+}
+
+// A GPU selector: its NVML index or its UUID.
+std::string GetGpuSelector(const json& v, const std::string& k) {
+  if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
+  if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
+  throw ConfigError(
+      fmt::format("config key '{}' must list GPU indices or UUIDs, got {}", k, v.dump()));
+}
+
+ProfileConfig GetProfile(const json& v, const std::string& at) {
+  if (!v.is_object()) {
+    throw ConfigError(fmt::format("config key '{}' must be an object, got {}", at, TypeName(v)));
+  }
+  ProfileConfig p;
+  for (const auto& [key, value] : v.items()) {
+    const std::string k = at + "." + key;
+    if (key == "resourceName") {
+      p.resource_name = Get<std::string>(value, k);
+    } else if (key == "gpus") {
+      if (!value.is_array()) throw ConfigError(fmt::format("config key '{}' must be a list", k));
+      for (const auto& g : value) p.gpus.push_back(GetGpuSelector(g, k));
+    } else if (key == "unitsPerGpu") {
+      p.units_per_gpu = GetUnitsPerGpu(value, k);
+    } else if (key == "memoryRatio") {
+      p.memory_ratio = Get<double>(value, k);
+    } else if (key == "computeRatio") {
+      p.compute_ratio = Get<double>(value, k);
+    } else if (key == "computeMode") {
+      p.compute_mode = GetEnum(value, k, ParseComputeMode);
+    } else {
+      throw ConfigError(fmt::format("unknown config key '{}'", k));
+    }
+  }
+  if (p.resource_name.empty()) throw ConfigError(fmt::format("{} needs a resourceName", at));
+  if (p.gpus.empty()) throw ConfigError(fmt::format("{} needs a list of gpus", at));
+  return p;
+}
+
 using Setter = std::function<void(PluginConfig&, const json&, const std::string&)>;
 
 const std::map<std::string, Setter>& Setters() {
   static const std::map<std::string, Setter> setters = {
       {"resourceName", [](auto& c, auto& v, auto& k) { c.resource_name = Get<std::string>(v, k); }},
-      {"unitsPerGpu",
-       [](auto& c, auto& v, auto& k) {
-         const auto n = GetUnsigned(v, k);
-         if (n > 100000) throw ConfigError(fmt::format("config key '{}' is too large: {}", k, n));
-         c.units_per_gpu = static_cast<unsigned>(n);
-       }},
+      {"unitsPerGpu", [](auto& c, auto& v, auto& k) { c.units_per_gpu = GetUnitsPerGpu(v, k); }},
       {"memoryRatio", [](auto& c, auto& v, auto& k) { c.memory_ratio = Get<double>(v, k); }},
       {"computeRatio", [](auto& c, auto& v, auto& k) { c.compute_ratio = Get<double>(v, k); }},
       {"computeMode",
@@ -124,6 +163,13 @@ const std::map<std::string, Setter>& Setters() {
          c.pod_identity_interval = std::chrono::seconds(GetUnsigned(v, k));
        }},
       {"logLevel", [](auto& c, auto& v, auto& k) { c.log_level = Get<std::string>(v, k); }},
+      {"profiles",
+       [](auto& c, auto& v, auto& k) {
+         if (!v.is_array()) throw ConfigError(fmt::format("config key '{}' must be a list", k));
+         c.profiles.clear();
+         for (std::size_t i = 0; i < v.size(); ++i)
+           c.profiles.push_back(GetProfile(v[i], fmt::format("{}[{}]", k, i)));
+       }},
   };
   return setters;
 }
@@ -215,23 +261,67 @@ PluginConfig LoadConfigFile(const std::string& path, PluginConfig base) {
   }
 }
 
-void ValidateConfig(const PluginConfig& c) {
+namespace {
+
+// The keys a profile may set, checked for one served resource.
+void ValidateResource(const PluginConfig& c, const std::string& where) {
   const auto slash = c.resource_name.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == c.resource_name.size() ||
       c.resource_name.starts_with("kubernetes.io/")) {
     throw ConfigError(fmt::format(
-        "resourceName '{}' must be a domain-prefixed extended resource such as cushare.io/vgpu",
-        c.resource_name));
+        "{}resourceName '{}' must be a domain-prefixed extended resource such as cushare.io/vgpu",
+        where, c.resource_name));
   }
   if (c.units_per_gpu < 1 || c.units_per_gpu > 1000) {
     throw ConfigError(
-        fmt::format("unitsPerGpu must be between 1 and 1000, got {}", c.units_per_gpu));
+        fmt::format("{}unitsPerGpu must be between 1 and 1000, got {}", where, c.units_per_gpu));
   }
   if (!(c.memory_ratio > 0.0 && c.memory_ratio <= 1.0)) {
-    throw ConfigError(fmt::format("memoryRatio must be in (0, 1], got {}", c.memory_ratio));
+    throw ConfigError(
+        fmt::format("{}memoryRatio must be in (0, 1], got {}", where, c.memory_ratio));
   }
   if (!(c.compute_ratio > 0.0 && c.compute_ratio <= 1.0)) {
-    throw ConfigError(fmt::format("computeRatio must be in (0, 1], got {}", c.compute_ratio));
+    throw ConfigError(
+        fmt::format("{}computeRatio must be in (0, 1], got {}", where, c.compute_ratio));
+  }
+}
+
+}  // namespace
+
+PluginConfig ConfigForProfile(const PluginConfig& config, const ProfileConfig& profile) {
+  PluginConfig c = config;
+  c.profiles.clear();
+  c.resource_name = profile.resource_name;
+  c.units_per_gpu = profile.units_per_gpu.value_or(config.units_per_gpu);
+  c.memory_ratio = profile.memory_ratio.value_or(config.memory_ratio);
+  c.compute_ratio = profile.compute_ratio.value_or(config.compute_ratio);
+  c.compute_mode = profile.compute_mode.value_or(config.compute_mode);
+  return c;
+}
+
+std::vector<std::string> ResourceNames(const PluginConfig& config) {
+  if (config.profiles.empty()) return {config.resource_name};
+  std::vector<std::string> names;
+  for (const auto& p : config.profiles) names.push_back(p.resource_name);
+  return names;
+}
+
+void ValidateConfig(const PluginConfig& c) {
+  ValidateResource(c, "");
+  std::set<std::string> names, selectors;
+  for (std::size_t i = 0; i < c.profiles.size(); ++i) {
+    const ProfileConfig& p = c.profiles[i];
+    const std::string where = fmt::format("profiles[{}]: ", i);
+    ValidateResource(ConfigForProfile(c, p), where);
+    if (!names.insert(p.resource_name).second) {
+      throw ConfigError(
+          fmt::format("{}resource {} is served by two profiles", where, p.resource_name));
+    }
+    for (const auto& g : p.gpus) {
+      if (!selectors.insert(g).second) {
+        throw ConfigError(fmt::format("{}GPU {} is in two profiles (a GPU serves one)", where, g));
+      }
+    }
   }
   const std::pair<const char*, const std::string*> paths[] = {
       {"devicePluginDir", &c.device_plugin_dir},

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,6 +23,19 @@ enum class DeviceSpecStrategy { kNone, kDevNodes };
 // (a request of k * unitsPerGpu takes k whole GPUs, anything else one GPU);
 // kAny: fractions of several GPUs, each with its own quota.
 enum class GpuSpanning { kNone, kWhole, kAny };
+
+// One resource served on a set of the node's GPUs, with its own units and
+// ratios (docs/kubernetes.md, "Memory and compute chosen separately"): a GPU
+// serves one profile, so no request through another resource can be promised
+// its memory or its time. Fields left unset take the top-level values.
+struct ProfileConfig {
+  std::string resource_name;
+  std::vector<std::string> gpus;  // NVML indices ("0") or UUIDs
+  std::optional<unsigned> units_per_gpu;
+  std::optional<double> memory_ratio;
+  std::optional<double> compute_ratio;
+  std::optional<shm::ComputeMode> compute_mode;
+};
 
 struct PluginConfig {
   std::string resource_name = "cushare.io/vgpu";
@@ -64,6 +78,9 @@ struct PluginConfig {
   std::chrono::seconds pod_identity_interval{5};
 
   std::string log_level = "info";
+
+  // Empty: one resource (the keys above) on every GPU.
+  std::vector<ProfileConfig> profiles;
 };
 
 class ConfigError : public std::runtime_error {
@@ -76,8 +93,14 @@ class ConfigError : public std::runtime_error {
 PluginConfig ParseConfigJson(std::string_view text, PluginConfig base = {});
 PluginConfig LoadConfigFile(const std::string& path, PluginConfig base = {});
 
-// Checks ranges and consistency; throws ConfigError.
+// Checks ranges and consistency (each profile's too); throws ConfigError.
 void ValidateConfig(const PluginConfig& config);
+
+// The configuration one profile is served with: the top-level keys with the
+// profile's own on top, and no profiles.
+PluginConfig ConfigForProfile(const PluginConfig& config, const ProfileConfig& profile);
+// Every resource the plugin serves: the profiles', or resourceName alone.
+std::vector<std::string> ResourceNames(const PluginConfig& config);
 
 PackingPolicy ParsePackingPolicy(std::string_view text);
 DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text);

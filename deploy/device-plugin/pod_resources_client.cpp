@@ -1,5 +1,6 @@
 #include "deploy/device-plugin/pod_resources_client.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -24,11 +25,13 @@ std::optional<std::vector<ContainerDevices>> ListPodResources(const PluginConfig
                  status.error_message());
     return std::nullopt;
   }
+  const std::vector<std::string> ours = ResourceNames(config);
   std::vector<ContainerDevices> out;
   for (const auto& pod : resp.pod_resources()) {
     for (const auto& container : pod.containers()) {
       for (const auto& devices : container.devices()) {
-        if (devices.resource_name() != config.resource_name || devices.device_ids().empty())
+        if (std::find(ours.begin(), ours.end(), devices.resource_name()) == ours.end() ||
+            devices.device_ids().empty())
           continue;
         out.push_back({pod.name(),
                        pod.namespace_(),

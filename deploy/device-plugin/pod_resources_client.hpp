@@ -15,7 +15,7 @@ struct ContainerDevices {
   std::string pod;
   std::string pod_namespace;
   std::string container;
-  std::vector<std::string> device_ids;  // of config.resource_name only
+  std::vector<std::string> device_ids;  // of one of the plugin's resources
 };
 
 // nullopt when the socket is absent or the call fails (logged); containers

@@ -46,130 +46,54 @@ class Snapshot:
         return sorted(i for i, (h, _) in self.devices.items() if h != "Healthy")
 
 
-class TestKubelet:
-    def __init__(self, plugin_dir, resource_name="cushare.io/vgpu"):
-        import grpc
-        import device_plugin_v1beta1_pb2 as pb
-        import device_plugin_v1beta1_pb2_grpc as pbg
-        self.grpc, self.pb, self.pbg = grpc, pb, pbg
-        self.dir = plugin_dir
+class Endpoint:
+    """What the kubelet holds for one registered resource: the plugin's
+    socket, options, ListAndWatch stream and snapshots, and the IDs it has
+    allocated from that resource."""
+
+    def __init__(self, kubelet, resource_name):
+        self.kubelet = kubelet
+        self.pb = kubelet.pb
         self.resource_name = resource_name
-        self.cond = threading.Condition()
-        self.registrations = []  # RegisterRequest of every successful Register
-        self.register_errors = []
-        self.snapshots = []      # Snapshot, in arrival order, across streams
+        self.snapshots = []  # Snapshot, in arrival order, across streams
         self.options = None
         self.endpoint = None
         self.channel = None
         self.stub = None
         self.stream = None
         self.allocated = set()
-        self.server = None
-        self.pods = {}  # pod name -> list of device-id lists (one per container)
-        self.pod_resources_server = None
 
-    # ------------------------------------------------------------ serving --
-    def start(self):
-        kubelet = self
+    def _watch(self, stub):
+        stream = stub.ListAndWatch(self.pb.Empty())
+        with self.kubelet.cond:
+            self.stream = stream
+        try:
+            for response in stream:
+                with self.kubelet.cond:
+                    self.snapshots.append(Snapshot(response))
+                    self.kubelet.cond.notify_all()
+        except self.kubelet.grpc.RpcError:
+            pass
 
-        class Registration(self.pbg.RegistrationServicer):
-            def Register(self, request, context):
-                return kubelet._register(request, context)
-
-        self.server = self.grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        self.pbg.add_RegistrationServicer_to_server(Registration(), self.server)
-        self.server.add_insecure_port("unix://" + os.path.join(self.dir, "kubelet.sock"))
-        self.server.start()
-
-    def stop(self):
-        self._cancel_stream()
-        if self.server:
-            self.server.stop(0).wait()
-            self.server = None
-        if self.pod_resources_server:
-            self.pod_resources_server.stop(0).wait()
-            self.pod_resources_server = None
-
-    def restart(self):
-        """Like a kubelet restart: the old server goes, every socket in the
-        folder is deleted, a fresh kubelet.sock is served."""
-        self._cancel_stream()
-        self.server.stop(0).wait()
-        for path in glob.glob(os.path.join(self.dir, "*")):
-            if os.path.basename(path) != "kubelet_internal_checkpoint":
-                os.unlink(path)
-        time.sleep(0.1)
-        self.start()
+    def _cancel_stream(self):
+        with self.kubelet.cond:
+            stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.cancel()
 
     def drop_stream(self):
         """Cancels ListAndWatch without calling it again (the plugin must re-register)."""
         self._cancel_stream()
 
-    def _register(self, request, context):
-        grpc = self.grpc
-        if request.version != API_VERSION:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version " + request.version)
-        if "/" not in request.resource_name or request.resource_name.startswith("kubernetes.io/"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad resource " + request.resource_name)
-        # Dial back and read the options inside Register, as the kubelet does.
-        channel = grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint))
-        stub = self.pbg.DevicePluginStub(channel)
-        try:
-            options = stub.GetDevicePluginOptions(self.pb.Empty(), timeout=10)
-        except grpc.RpcError as e:
-            with self.cond:
-                self.register_errors.append(str(e))
-                self.cond.notify_all()
-            context.abort(grpc.StatusCode.UNAVAILABLE, "cannot dial plugin: %s" % e)
-        self._cancel_stream()
-        with self.cond:
-            self.channel, self.stub, self.options = channel, stub, options
-            self.endpoint = request.endpoint
-            self.registrations.append(request)
-            self.cond.notify_all()
-        threading.Thread(target=self._watch, args=(stub,), daemon=True).start()
-        return self.pb.Empty()
-
-    def _watch(self, stub):
-        stream = stub.ListAndWatch(self.pb.Empty())
-        with self.cond:
-            self.stream = stream
-        try:
-            for response in stream:
-                with self.cond:
-                    self.snapshots.append(Snapshot(response))
-                    self.cond.notify_all()
-        except self.grpc.RpcError:
-            pass
-
-    def _cancel_stream(self):
-        with self.cond:
-            stream, self.stream = self.stream, None
-        if stream is not None:
-            stream.cancel()
-
-    # ------------------------------------------------------------ waiting --
-    def wait_for(self, predicate, timeout=10.0, what="condition"):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError("timed out waiting for " + what)
-                self.cond.wait(left)
-
-    def wait_for_registrations(self, n, timeout=10.0):
-        self.wait_for(lambda: len(self.registrations) >= n, timeout, "%d registration(s)" % n)
-
     def wait_for_snapshot(self, predicate=lambda s: True, timeout=10.0, what="a snapshot"):
-        self.wait_for(lambda: self.snapshots and predicate(self.snapshots[-1]), timeout, what)
+        self.kubelet.wait_for(lambda: self.snapshots and predicate(self.snapshots[-1]), timeout,
+                              what + " of " + self.resource_name)
         return self.snapshots[-1]
 
     def latest(self):
-        with self.cond:
+        with self.kubelet.cond:
             return self.snapshots[-1]
 
-    # --------------------------------------------------------- allocation --
     def choose(self, n, use_preferred=True, must_include=()):
         """The kubelet's choice of n IDs: preferred allocation as a hint, then
         arbitrary free healthy IDs for any gap."""
@@ -201,7 +125,117 @@ class TestKubelet:
         self.allocated.update(ids)
         return resp.container_responses[0]
 
-    # ------------------------------------------------------ pod resources --
+
+class TestKubelet:
+    """Registration for any number of resources, one Endpoint each. Attributes
+    and methods of an Endpoint (stub, snapshots, latest(), allocate(), ...)
+    used on the kubelet itself are those of `resource_name`'s."""
+
+    def __init__(self, plugin_dir, resource_name="cushare.io/vgpu"):
+        import grpc
+        import device_plugin_v1beta1_pb2 as pb
+        import device_plugin_v1beta1_pb2_grpc as pbg
+        self.grpc, self.pb, self.pbg = grpc, pb, pbg
+        self.dir = plugin_dir
+        self.resource_name = resource_name
+        self.cond = threading.Condition()
+        self.registrations = []  # RegisterRequest of every successful Register
+        self.register_errors = []
+        self.endpoints = {resource_name: Endpoint(self, resource_name)}
+        self.server = None
+        self.pods = {}  # pod name -> list of device-id lists (one per container)
+        self.pod_resources_server = None
+
+    def __getattr__(self, name):
+        # Only reached for names the kubelet itself lacks.
+        endpoints = self.__dict__.get("endpoints")
+        if endpoints is None:
+            raise AttributeError(name)
+        return getattr(endpoints[self.__dict__["resource_name"]], name)
+
+    def resource(self, resource_name):
+        """The Endpoint of one resource (made on first use, filled when it registers)."""
+        with self.cond:
+            if resource_name not in self.endpoints:
+                self.endpoints[resource_name] = Endpoint(self, resource_name)
+            return self.endpoints[resource_name]
+
+    # ------------------------------------------------------------ serving --
+    def start(self):
+        kubelet = self
+
+        class Registration(self.pbg.RegistrationServicer):
+            def Register(self, request, context):
+                return kubelet._register(request, context)
+
+        self.server = self.grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.pbg.add_RegistrationServicer_to_server(Registration(), self.server)
+        self.server.add_insecure_port("unix://" + os.path.join(self.dir, "kubelet.sock"))
+        self.server.start()
+
+    def stop(self):
+        self._cancel_streams()
+        if self.server:
+            self.server.stop(0).wait()
+            self.server = None
+        if self.pod_resources_server:
+            self.pod_resources_server.stop(0).wait()
+            self.pod_resources_server = None
+
+    def restart(self):
+        """Like a kubelet restart: the old server goes, every socket in the
+        folder is deleted, a fresh kubelet.sock is served."""
+        self._cancel_streams()
+        self.server.stop(0).wait()
+        for path in glob.glob(os.path.join(self.dir, "*")):
+            if os.path.basename(path) != "kubelet_internal_checkpoint":
+                os.unlink(path)
+        time.sleep(0.1)
+        self.start()
+
+    def _cancel_streams(self):
+        for e in list(self.endpoints.values()):
+            e._cancel_stream()
+
+    def _register(self, request, context):
+        grpc = self.grpc
+        if request.version != API_VERSION:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version " + request.version)
+        if "/" not in request.resource_name or request.resource_name.startswith("kubernetes.io/"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad resource " + request.resource_name)
+        # Dial back and read the options inside Register, as the kubelet does.
+        channel = grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint))
+        stub = self.pbg.DevicePluginStub(channel)
+        try:
+            options = stub.GetDevicePluginOptions(self.pb.Empty(), timeout=10)
+        except grpc.RpcError as e:
+            with self.cond:
+                self.register_errors.append(str(e))
+                self.cond.notify_all()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "cannot dial plugin: %s" % e)
+        endpoint = self.resource(request.resource_name)
+        endpoint._cancel_stream()  # a re-registration replaces that resource's stream only
+        with self.cond:
+            endpoint.channel, endpoint.stub, endpoint.options = channel, stub, options
+            endpoint.endpoint = request.endpoint
+            self.registrations.append(request)
+            self.cond.notify_all()
+        threading.Thread(target=endpoint._watch, args=(stub,), daemon=True).start()
+        return self.pb.Empty()
+
+    # ------------------------------------------------------------ waiting --
+    def wait_for(self, predicate, timeout=10.0, what="condition"):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("timed out waiting for " + what)
+                self.cond.wait(left)
+
+    def wait_for_registrations(self, n, timeout=10.0):
+        self.wait_for(lambda: len(self.registrations) >= n, timeout, "%d registration(s)" % n)
+
     def serve_pod_resources(self, socket_path):
         import pod_resources_v1_pb2 as prpb
         import pod_resources_v1_pb2_grpc as prg

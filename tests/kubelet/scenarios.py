@@ -317,7 +317,7 @@ def scenario_packing(node, spread=False):
     # Larger than a GPU can hold: spans GPUs with per-GPU quotas.
     # The plugin keeps no allocation state, so a fresh view with nothing
     # allocated (as on an empty node) can ask for more than one GPU's worth.
-    k2 = kl.TestKubelet(node.plugin_dir)
+    k2 = kl.Endpoint(k, k.resource_name)
     k2.options, k2.stub, k2.snapshots = k.options, k.stub, k.snapshots
     ids = k2.choose(150)
     assert sorted(units_by_gpu(ids).values()) == [50, 100], units_by_gpu(ids)
@@ -330,7 +330,7 @@ def scenario_packing(node, spread=False):
     assert [g["compute"] for g in limits["gpus"]] == [per[a], per[b]], limits
     # Without GetPreferredAllocation the kubelet picks IDs anywhere: units
     # spread over both GPUs still get exact per-GPU quotas.
-    k3 = kl.TestKubelet(node.plugin_dir)
+    k3 = kl.Endpoint(k, k.resource_name)
     k3.options, k3.stub, k3.snapshots = k.options, k.stub, k.snapshots
     ids = [a + "::%d" % n for n in range(90, 97)] + [b + "::%d" % n for n in range(3)]
     resp = k3.allocate(ids)
@@ -371,7 +371,7 @@ def scenario_straddle(node):
         resp = k.allocate(ids)
         assert resp.envs["CUSHARE_MEMORY_LIMIT"] == str(80 * GI * n // 100), resp.envs
     # A kubelet without the hint that still picks units of two GPUs is refused.
-    k2 = kl.TestKubelet(node.plugin_dir)
+    k2 = kl.Endpoint(k, k.resource_name)
     k2.options, k2.stub, k2.snapshots = k.options, k.stub, k.snapshots
     expect_rpc_error(lambda: k2.allocate([a + "::90", b + "::90"]), "would span 2 GPUs")
     assert node.plugin.poll() is None
@@ -413,6 +413,62 @@ def scenario_no_overcommit(node):
     assert refused > 0 and len(live) > 0, (refused, len(live))
 
 
+def scenario_profiles(node):
+    """Two profiles on a two-GPU node: each resource registers on its own and
+    advertises only its GPU with its units; an allocation gets its profile's
+    ratios; random requests through both never over-commit either GPU."""
+    import random
+    mem = "cushare.io/vgpu-mem"
+    config = os.path.join(node.tmp, "profiles.json")
+    with open(config, "w") as f:
+        json.dump({"profiles": [
+            {"resourceName": RESOURCE, "gpus": [0], "unitsPerGpu": 10},
+            {"resourceName": mem, "gpus": [1], "unitsPerGpu": 8, "computeRatio": 0.5}]}, f)
+    node.start("--config", config)
+    k = node.kubelet
+    k.wait_for(lambda: {r.resource_name for r in k.registrations} == {RESOURCE, mem},
+               what="both resources registered")
+    a, b = node.uuid_order()
+    whole, heavy = k.resource(RESOURCE), k.resource(mem)
+    assert whole.endpoint != heavy.endpoint, "two resources on one socket"
+    assert whole.wait_for_snapshot().healthy() == sorted("%s::%d" % (a, u) for u in range(10))
+    assert heavy.wait_for_snapshot().healthy() == sorted("%s::%d" % (b, u) for u in range(8))
+    # Memory-heavy units: 2 of 8 is a quarter of the memory and 12 % of the time.
+    resp = heavy.allocate(heavy.choose(2))
+    lim = read_limits(os.path.join(node.run_dir, "alloc", resp.annotations["cushare.io/alloc-id"],
+                                   "limits"))
+    assert [(g["uuid"], g["memory"], g["compute"]) for g in lim["gpus"]] == \
+        [(b, 80 * GI // 4, 12)], lim
+    # A unit of the other profile's GPU is not this resource's.
+    expect_rpc_error(lambda: heavy.allocate([a + "::0"]), a + "::0")
+    heavy.allocated.clear()
+
+    cards = {a: 80 * GI, b: 80 * GI}
+    rng = random.Random(99)
+    live = {}  # alloc id -> (endpoint, ids, limits)
+    for step in range(200):
+        if live and rng.random() < 0.4:
+            alloc_id = rng.choice(sorted(live))
+            e, ids, _ = live.pop(alloc_id)
+            e.allocated.difference_update(ids)
+        else:
+            e, units = rng.choice([(whole, 10), (heavy, 8)])
+            free = len([i for i in e.latest().healthy() if i not in e.allocated])
+            n = rng.randint(1, units)
+            if n > free:
+                continue
+            ids = e.choose(n, use_preferred=rng.random() < 0.8)
+            resp = e.allocate(ids)
+            alloc_id = resp.annotations["cushare.io/alloc-id"]
+            live[alloc_id] = (e, ids, read_limits(os.path.join(node.run_dir, "alloc", alloc_id,
+                                                                "limits")))
+        for uuid, card in cards.items():
+            gpus = [g for _, _, lim in live.values() for g in lim["gpus"] if g["uuid"] == uuid]
+            assert sum(g["memory"] for g in gpus) <= card, (step, uuid, gpus)
+            assert sum(g["compute"] for g in gpus) <= 100, (step, uuid, gpus)
+    assert {e.resource_name for e, _, _ in live.values()} == {RESOURCE, mem}, live.keys()
+
+
 def scenario_bad_ids(node):
     node.start()
     k = node.kubelet
@@ -441,7 +497,12 @@ def scenario_bad_config(node):
                              ('{"packing": "tight"}', "tight"),
                              ('{"unitsPerGPU": 10}', "unknown config key 'unitsPerGPU'"),
                              ('{"memoryRatio": "half"}', "memoryRatio"),
-                             ("{not json", "not valid JSON")]:
+                             ("{not json", "not valid JSON"),
+                             ('{"profiles": [{"resourceName": "a.io/x", "gpus": [0]},'
+                              ' {"resourceName": "a.io/y", "gpus": [0]}]}', "two profiles"),
+                             # Valid on its own; this node has one GPU.
+                             ('{"profiles": [{"resourceName": "a.io/x", "gpus": [1]}]}',
+                              "GPU '1'")]:
         rc, err = run(config=config)
         assert rc == 2 and fragment in err, "config %s: rc=%d stderr=%r" % (config, rc, err)
     rc, err = run("--compute-mode", "turbo")
@@ -531,6 +592,7 @@ SCENARIOS = {
     "spread": (scenario_spread, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
     "straddle": (scenario_straddle, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
     "no_overcommit": (scenario_no_overcommit, {"devices": "H100-80GB:80Gi:132;T4:16Gi:40"}),
+    "profiles": (scenario_profiles, {"devices": "H100-80GB:80Gi:132;H100-80GB:80Gi:132"}),
     "bad_ids": (scenario_bad_ids, {}),
     "bad_config": (scenario_bad_config, {}),
     "idempotent": (scenario_idempotent, {}),

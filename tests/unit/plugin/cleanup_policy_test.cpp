@@ -60,17 +60,30 @@ TEST(CleanupPolicy, CheckpointGivesAllocationIdsOfOurResource) {
       {"PodUID":"p3","ContainerName":"c","ResourceName":"nvidia.com/gpu",
        "DeviceIDs":{"0":["GPU-z"]},"AllocResp":""}],
       "RegisteredDevices":{}},"Checksum":123})";
-  const auto live = LiveAllocationsFromCheckpoint(checkpoint, "cushare.io/vgpu");
+  const auto live = LiveAllocationsFromCheckpoint(checkpoint, {"cushare.io/vgpu"});
   ASSERT_TRUE(live.has_value());
   EXPECT_EQ(*live, (std::set<std::string>{AllocationIdFor(ids1), AllocationIdFor(ids2)}));
 }
 
+TEST(CleanupPolicy, TheEntriesOfEveryProfileAreLive) {
+  const std::vector<std::string> a = {"GPU-a::0"}, b = {"GPU-b::0"};
+  const std::string checkpoint = R"({"Data":{"PodDeviceEntries":[
+      {"PodUID":"p1","ContainerName":"c","ResourceName":"cushare.io/vgpu","DeviceIDs":["GPU-a::0"]},
+      {"PodUID":"p2","ContainerName":"c","ResourceName":"cushare.io/vgpu-mem",
+       "DeviceIDs":["GPU-b::0"]},
+      {"PodUID":"p3","ContainerName":"c","ResourceName":"nvidia.com/gpu","DeviceIDs":["GPU-z"]}]}})";
+  const auto live =
+      LiveAllocationsFromCheckpoint(checkpoint, {"cushare.io/vgpu", "cushare.io/vgpu-mem"});
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(*live, (std::set<std::string>{AllocationIdFor(a), AllocationIdFor(b)}));
+}
+
 TEST(CleanupPolicy, UnknownCheckpointShapeIsNotTrusted) {
-  EXPECT_FALSE(LiveAllocationsFromCheckpoint("not json", "r").has_value());
-  EXPECT_FALSE(LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":{}}})", "r"));
+  EXPECT_FALSE(LiveAllocationsFromCheckpoint("not json", {"r"}).has_value());
+  EXPECT_FALSE(LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":{}}})", {"r"}));
   EXPECT_FALSE(LiveAllocationsFromCheckpoint(
-      R"({"Data":{"PodDeviceEntries":[{"ResourceName":"r","DeviceIDs":7}]}})", "r"));
-  const auto empty = LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":null}})", "r");
+      R"({"Data":{"PodDeviceEntries":[{"ResourceName":"r","DeviceIDs":7}]}})", {"r"}));
+  const auto empty = LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":null}})", {"r"});
   ASSERT_TRUE(empty.has_value());
   EXPECT_TRUE(empty->empty());
 }

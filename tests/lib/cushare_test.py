@@ -136,10 +136,13 @@ class Node:
         os.chmod(self.state, 0o666)
 
     # ---- the daemon ----
-    def start_daemon(self, *args):
+    def start_daemon(self, *args, prefix=()):
+        """cushared on this node's run dir; `prefix`: a command it runs under
+        (e.g. setpriv with a narrowed capability set)."""
         log = open(self.daemon_log_path, "a")
-        self.daemon = subprocess.Popen([self.b.tool("cushared"), "--run-dir", self.run_dir, *args],
-                                       env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.daemon = subprocess.Popen(
+            [*prefix, self.b.tool("cushared"), "--run-dir", self.run_dir, *args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while not os.path.exists(os.path.join(self.run_dir, "cushared.sock")):
             check(self.daemon.poll() is None, f"cushared exited at once:\n{self.daemon_log()}")

@@ -19,7 +19,8 @@ entries (symlinks; `build` is the build under test), fakegpu's state, a run
 dir (`$CUSHARE_RUN_DIR`) with a cushared on it, and `sudo` that just runs its
 command. A file's blocks run in order in that folder, each as `bash -e -o
 pipefail`. A failing block, an unmarked block or a skip without a reason
-fails the test.
+fails the test, and so does a fence without a language: commands in one
+would go unseen (`text` for diagrams, outputs and synopses).
 
   doc_commands.py --build-dir BUILD [--source-dir SRC]
 """
@@ -62,6 +63,20 @@ class Block:
                 cmds.append(l[2:] if l.startswith("$ ") and not cont else l)
                 cont = l.endswith("\\")
         return "\n".join(cmds)
+
+
+def bare_fences(path, rel):
+    """Opening fences without a language: `path:line` of each."""
+    lines = open(path).read().split("\n")
+    out, inside = [], False
+    for i, line in enumerate(lines):
+        m = FENCE.match(line)
+        if not m:
+            continue
+        if not inside and m.group(2) == "":
+            out.append(f"{rel}:{i + 1}")
+        inside = not inside
+    return out
 
 
 def blocks_of(path, rel):
@@ -156,6 +171,9 @@ def main():
         files = [a.only]
     problems, ran, skipped = [], 0, []
     for rel in files:
+        for where in bare_fences(os.path.join(a.source_dir, rel), rel):
+            problems.append(f"{where}: a fence without a language (sh/bash/console for "
+                            f"commands, marked; text for anything else)")
         blocks = blocks_of(os.path.join(a.source_dir, rel), rel)
         for b in blocks:
             if b.action is None:

@@ -3,6 +3,7 @@
 //   fakegpu-stat --inject-xid <device> <code> deliver an XID event to NVML event sets
 //   fakegpu-stat --reset                      clear processes, memory and counters
 //   fakegpu-stat --reset-peak                 restart each device's memory high-water mark
+//   fakegpu-stat --timeline S [--period-us N] which process device 0 runs, sampled for S seconds
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,33 @@ void print_text(const nlohmann::json& j) {
   }
 }
 
+// Samples device 0 every `period_ns` for `seconds` and prints a line each
+// time what it runs changes: CLOCK_MONOTONIC ns and the running process's PID
+// (-1: idle). For finding where a schedule leaves the device idle (compare
+// with cushared's lease log); sampling takes the state lock, so keep the
+// period well above a launch's cost.
+void timeline(StateFile& file, double seconds, uint64_t period_ns) {
+  uint64_t end = 0;
+  int last = -2;
+  for (;;) {
+    uint64_t now;
+    int pid = -1;
+    {
+      StateLock lock(file);
+      SharedState& s = lock.state();
+      now = lock.now();
+      if (end == 0) end = now + static_cast<uint64_t>(seconds * 1e9);
+      advance_device(s, 0, now);
+      const int32_t c = s.devices[0].running;
+      if (c >= 0) pid = s.procs[s.contexts[c].proc].pid;
+    }
+    if (pid != last) std::printf("%llu %d\n", static_cast<unsigned long long>(now), pid);
+    last = pid;
+    if (now >= end) break;
+    sleep_until_ns(now + period_ns);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_flag("--reset-peak", reset_peak,
                "restart each device's memory high-water mark (memory_used_peak) from now");
   app.add_option("--inject-xid", xid, "deliver an XID event: <device> <code>")->expected(2);
+  double timeline_s = 0;
+  uint64_t period_us = 100;
+  app.add_option("--timeline", timeline_s,
+                 "print which process device 0 runs whenever it changes, for this many seconds");
+  app.add_option("--period-us", period_us, "--timeline's sampling period")
+      ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
 
   ConfigResult loaded = load_config();
@@ -119,6 +153,10 @@ int main(int argc, char** argv) {
     r.code = xid[1];
     r.time_ns = lock.now();
     __atomic_store_n(&r.seq, seq, __ATOMIC_RELEASE);
+    return 0;
+  }
+  if (timeline_s > 0) {
+    timeline(*file, timeline_s, period_us * 1000);
     return 0;
   }
   const nlohmann::json j = snapshot(*file);

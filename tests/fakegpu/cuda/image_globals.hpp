@@ -11,4 +11,10 @@ namespace fakegpu {
 
 std::map<std::string, uint64_t> image_globals(std::string_view image, bool ptx);
 
+// One PTX variable declaration, e.g. `.visible .global .align 4 .b8 buf[16][2] = {...}`:
+// whether it defines (not .extern) a variable in state space `space` (".global",
+// ".const", ".shared"), with its name and size in bytes.
+bool ptx_variable(const std::string& statement, std::string_view space, std::string* name,
+                  uint64_t* bytes);
+
 }  // namespace fakegpu

@@ -77,10 +77,12 @@ std::vector<ElfSymbol> elf_symbols(std::string_view elf, const std::vector<ElfSe
       ElfSymbol s;
       (void)read(table.data, at, &name);
       (void)read(table.data, at + 4, &info);
+      (void)read(table.data, at + 5, &s.other);
       (void)read(table.data, at + 6, &s.section);
       (void)read(table.data, at + 16, &s.size);
       s.name = c_string(strings, name);
       s.type = info & 0xF;
+      s.binding = info >> 4;
       s.index = static_cast<uint32_t>(at / 24);
       out.push_back(s);
     }

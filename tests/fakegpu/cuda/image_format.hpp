@@ -21,7 +21,9 @@ struct ElfSection {
 
 struct ElfSymbol {
   std::string_view name;
-  uint8_t type = 0;  // STT_OBJECT 1, STT_FUNC 2
+  uint8_t type = 0;     // STT_OBJECT 1, STT_FUNC 2
+  uint8_t binding = 0;  // STB_LOCAL 0, STB_GLOBAL 1, STB_WEAK 2
+  uint8_t other = 0;    // STO_CUDA_ENTRY (0x10) marks a kernel
   uint16_t section = 0;
   uint64_t size = 0;
   uint32_t index = 0;  // position in the symbol table, as .nv.info records name functions
@@ -31,6 +33,8 @@ inline constexpr uint32_t kShtSymtab = 2;
 inline constexpr uint32_t kShtNobits = 8;
 inline constexpr uint8_t kSttObject = 1;
 inline constexpr uint8_t kSttFunc = 2;
+inline constexpr uint8_t kStbWeak = 2;
+inline constexpr uint8_t kStoCudaEntry = 0x10;
 
 bool is_elf(std::string_view image);
 std::vector<ElfSection> elf_sections(std::string_view elf);

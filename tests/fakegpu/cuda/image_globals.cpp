@@ -1,6 +1,7 @@
 #include "tests/fakegpu/cuda/image_globals.hpp"
 
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -53,18 +54,8 @@ bool ptx_variable(const std::string& statement, std::string_view space, std::str
   return !name->empty();
 }
 
-namespace {
-
-void ptx_declaration(const std::string& statement, std::map<std::string, uint64_t>& out) {
-  std::string name;
-  uint64_t bytes = 0;
-  if (ptx_variable(statement, ".global", &name, &bytes) ||
-      ptx_variable(statement, ".const", &name, &bytes)) {
-    out[name] = bytes;
-  }
-}
-
-void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
+void ptx_statements(std::string_view ptx,
+                    const std::function<void(const std::string&, bool)>& each) {
   std::string statement;
   int depth = 0, init_depth = 0;
   for (size_t i = 0; i < ptx.size(); ++i) {
@@ -79,13 +70,14 @@ void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
     // Braces after `=` belong to an initialiser, all others open or close a body.
     const bool initialiser = depth == 0 && statement.find('=') != std::string::npos;
     if (c == '{' && !initialiser) {
+      if (depth == 0) each(statement, true);
       ++depth;
       statement.clear();
     } else if (c == '}' && init_depth == 0) {
       depth = depth > 0 ? depth - 1 : 0;
       statement.clear();
     } else if (depth == 0 && c == ';' && init_depth == 0) {
-      ptx_declaration(statement, out);
+      each(statement, false);
       statement.clear();
     } else if (depth == 0) {
       if (c == '{') ++init_depth;
@@ -95,9 +87,27 @@ void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
   }
 }
 
+namespace {
+
+void ptx_declaration(const std::string& statement, std::map<std::string, uint64_t>& out) {
+  std::string name;
+  uint64_t bytes = 0;
+  if (ptx_variable(statement, ".global", &name, &bytes) ||
+      ptx_variable(statement, ".const", &name, &bytes)) {
+    out[name] = bytes;
+  }
+}
+
+void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
+  ptx_statements(ptx, [&](const std::string& statement, bool opens_body) {
+    if (!opens_body) ptx_declaration(statement, out);
+  });
+}
+
 void elf_globals(std::string_view elf, std::map<std::string, uint64_t>& out) {
   for (const ElfSymbol& s : elf_symbols(elf, elf_sections(elf))) {
-    if (s.type == kSttObject && !s.name.empty()) out.emplace(s.name, s.size);
+    // An undefined symbol (section 0) is a reference to another image's global.
+    if (s.type == kSttObject && s.section != 0 && !s.name.empty()) out.emplace(s.name, s.size);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/cuda/array_shape.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/sm_limits.hpp"
 
 using namespace fakegpu;
 
@@ -329,8 +330,12 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
   if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
     return CUDA_ERROR_INVALID_VALUE;
   const DeviceSlot& d = device_slot(dev);
+  const SmLimits& sm = sm_limits(d.cc_major, d.cc_minor);
   int v = 0;
   switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+      v = static_cast<int>(sm.smem_reserved_per_block);
+      break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
       v = static_cast<int>(d.sms);
       break;
@@ -341,7 +346,7 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = d.cc_minor;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      v = 1024;
+      v = sm.max_threads_per_block;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
       v = 1024;
@@ -362,28 +367,28 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = 65535;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
-      v = 49152;
+      v = static_cast<int>(sm.smem_per_block);
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-      v = 232448;
+      v = static_cast<int>(sm.smem_per_block_optin);
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
-      v = 233472;
+      v = static_cast<int>(sm.smem_per_sm);
       break;
     case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
       v = 65536;
       break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
-      v = 32;
+      v = sm.warp_size;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
       v = 2147483647;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
-      v = 65536;
+      v = sm.regs_per_block;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
-      v = 65536;
+      v = sm.regs_per_sm;
       break;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
       v = 1980000;
@@ -398,10 +403,10 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = 50331648;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
-      v = 2048;
+      v = sm.max_threads_per_sm;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
-      v = 32;
+      v = sm.max_blocks_per_sm;
       break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
       v = 512;

@@ -9,6 +9,8 @@
 #include "tests/fakegpu/cuda/driver.hpp"
 #include "tests/fakegpu/cuda/image_globals.hpp"
 #include "tests/fakegpu/cuda/jit_log.hpp"
+#include "tests/fakegpu/cuda/kernel_resources.hpp"
+#include "tests/fakegpu/cuda/launch_limits.hpp"
 #include "tests/fakegpu/cuda/module_memory.hpp"
 
 using namespace fakegpu;
@@ -136,6 +138,7 @@ CUresult get_function(const void* handle, const HandleKind (&kinds)[N], const ch
     fn->name = name;
     fn->spin = std::strstr(name, "spin") != nullptr;
     fn->module = m;
+    fn->resources = kernel_resources(m->image, m->ptx, name);
     register_handle(fn.get(), HandleKind::function);
     it = m->functions.emplace(name, std::move(fn)).first;
   }
@@ -207,12 +210,16 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
     return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t{bx} * by * bz > 1024 || bx > 1024 || by > 1024 || bz > 64 || gy > 65535 ||
-      gz > 65535 || shared > 232448) {
+      gz > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_launch_resources(*fn, s->ctx->device, uint64_t{bx} * by * bz, shared);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
   const uint64_t ns = kernel_duration_ns(fn, params, extra);
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_kernel(s, ns);
   return submit(s, ItemKind::kernel, ns);
@@ -467,61 +474,6 @@ FAKEGPU_API CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
 
 FAKEGPU_API CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
   return cuFuncGetName(name, reinterpret_cast<CUfunction>(hfunc));
-}
-
-FAKEGPU_API CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (pi == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (as_function(hfunc) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      *pi = 1024;
-      break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS:
-      *pi = 16;
-      break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
-      *pi = 90;
-      break;
-    default:
-      *pi = 0;
-      break;
-  }
-  return CUDA_SUCCESS;
-}
-
-// A kernel's attributes are its function's on the given device.
-FAKEGPU_API CUresult cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel,
-                                          CUdevice dev) {
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (!valid_ordinal(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return cuFuncGetAttribute(pi, attrib, reinterpret_cast<CUfunction>(kernel));
-}
-
-FAKEGPU_API CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
-  (void)attrib, (void)value;
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  return as_function(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-FAKEGPU_API CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
-  (void)config;
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  return as_function(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-FAKEGPU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func,
-                                                                 int blockSize,
-                                                                 size_t dynamicSMemSize) {
-  (void)dynamicSMemSize;
-  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (numBlocks == nullptr || as_function(func) == nullptr || blockSize <= 0 || blockSize > 1024) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  *numBlocks = std::min(32, 2048 / blockSize);
-  return CUDA_SUCCESS;
 }
 
 // ---- launches ----

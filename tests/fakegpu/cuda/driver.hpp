@@ -17,6 +17,7 @@
 #include "tests/fakegpu/core/engine.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
 #include "tests/fakegpu/cuda/handle_registry.hpp"
+#include "tests/fakegpu/cuda/kernel_resources.hpp"
 
 #define FAKEGPU_API extern "C" __attribute__((visibility("default")))
 // An entry point and its per-thread default stream twin (_ptds for the
@@ -78,6 +79,10 @@ struct Function {
   std::string name;
   bool spin = false;  // runs for the ns in its first uint64_t parameter
   Module* module = nullptr;
+  KernelResources resources;  // from the image, fixed at the first lookup
+  // What cuFuncSetAttribute / cuKernelSetAttribute set (guarded by driver().mu);
+  // an attribute not in here has its default.
+  std::map<CUfunction_attribute, int> settings;
 };
 
 struct ModuleGlobal {

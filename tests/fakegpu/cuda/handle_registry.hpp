@@ -25,6 +25,7 @@ enum class HandleKind : uint8_t {
   graph_node,
   memory_pool,
   vmm_allocation,  // CUmemGenericAllocationHandle
+  link_state,      // a pending JIT link (CUlinkState)
 };
 
 // Records `object` as a live handle of `kind` (replacing whatever a freed

@@ -1,9 +1,11 @@
 #include "tests/fakegpu/cuda/image_globals.hpp"
 
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <vector>
 
+#include "tests/fakegpu/cuda/image_format.hpp"
 #include "tests/fakegpu/cuda/size_math.hpp"
 
 namespace fakegpu {
@@ -21,36 +23,39 @@ uint64_t ptx_type_bytes(std::string_view t) {
   return 0;
 }
 
-// One module-scope PTX statement, e.g. `.visible .global .align 4 .b8 buf[16][2] = {...}`:
-// a defined (not .extern) variable in the global or constant state space.
-void ptx_declaration(const std::string& statement, std::map<std::string, uint64_t>& out) {
+}  // namespace
+
+bool ptx_variable(const std::string& statement, std::string_view space, std::string* name,
+                  uint64_t* bytes) {
   std::istringstream words(statement.substr(0, statement.find('=')));
   std::vector<std::string> w;
   for (std::string s; words >> s;) w.push_back(s);
-  bool variable = false;
+  bool in_space = false;
   uint64_t element = 0, vector = 1;
   size_t at = 0;
   for (; at < w.size(); ++at) {
-    if (w[at] == ".extern" || w[at] == ".entry" || w[at] == ".func") return;
-    if (w[at] == ".global" || w[at] == ".const") variable = true;
-    if (w[at] == ".v2" || w[at] == ".v4") vector = w[at][2] - '0';
+    if (w[at] == ".extern" || w[at] == ".entry" || w[at] == ".func") return false;
+    if (w[at] == space) in_space = true;
+    if (w[at] == ".v2" || w[at] == ".v4") vector = static_cast<uint64_t>(w[at][2] - '0');
     if ((element = ptx_type_bytes(w[at])) != 0) break;
   }
-  if (!variable || element == 0 || ++at >= w.size()) return;
+  if (!in_space || element == 0 || ++at >= w.size()) return false;
   // The name, then its dimensions, possibly in the following words: `buf [4] [2]`.
   std::string rest;
   for (; at < w.size(); ++at) rest += w[at];
   const size_t bracket = rest.find('[');
-  const std::string name = rest.substr(0, bracket);
-  uint64_t bytes = element * vector;
+  uint64_t total = element * vector;
   for (size_t open = bracket; open != std::string::npos; open = rest.find('[', open + 1)) {
     const uint64_t n = std::strtoull(rest.c_str() + open + 1, nullptr, 10);
-    if (!mul_size(bytes, n == 0 ? 1 : n, &bytes)) return;  // `[]` sized by its initialiser
+    if (!mul_size(total, n == 0 ? 1 : n, &total)) return false;  // `[]` sized by its initialiser
   }
-  if (!name.empty()) out[name] = bytes;
+  *name = rest.substr(0, bracket);
+  *bytes = total;
+  return !name->empty();
 }
 
-void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
+void ptx_statements(std::string_view ptx,
+                    const std::function<void(const std::string&, bool)>& each) {
   std::string statement;
   int depth = 0, init_depth = 0;
   for (size_t i = 0; i < ptx.size(); ++i) {
@@ -65,13 +70,14 @@ void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
     // Braces after `=` belong to an initialiser, all others open or close a body.
     const bool initialiser = depth == 0 && statement.find('=') != std::string::npos;
     if (c == '{' && !initialiser) {
+      if (depth == 0) each(statement, true);
       ++depth;
       statement.clear();
     } else if (c == '}' && init_depth == 0) {
       depth = depth > 0 ? depth - 1 : 0;
       statement.clear();
     } else if (depth == 0 && c == ';' && init_depth == 0) {
-      ptx_declaration(statement, out);
+      each(statement, false);
       statement.clear();
     } else if (depth == 0) {
       if (c == '{') ++init_depth;
@@ -81,70 +87,27 @@ void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
   }
 }
 
-template <typename T>
-bool read(std::string_view image, uint64_t at, T* out) {
-  if (at > image.size() || sizeof(T) > image.size() - at) return false;
-  std::memcpy(out, image.data() + at, sizeof(T));
-  return true;
-}
+namespace {
 
-// The object symbols (STT_OBJECT) of a 64-bit little-endian ELF cubin.
-void elf_globals(std::string_view elf, std::map<std::string, uint64_t>& out) {
-  uint64_t shoff = 0;
-  uint16_t shentsize = 0, shnum = 0;
-  if (!read(elf, 0x28, &shoff) || !read(elf, 0x3A, &shentsize) || !read(elf, 0x3C, &shnum)) return;
-  auto section = [&](uint64_t index, uint32_t* type, uint64_t* offset, uint64_t* size,
-                     uint32_t* link) {
-    uint64_t at = 0;
-    return mul_size(index, shentsize, &at) && add_size(at, shoff, &at) &&
-           read(elf, at + 0x04, type) && read(elf, at + 0x18, offset) &&
-           read(elf, at + 0x20, size) && read(elf, at + 0x28, link);
-  };
-  for (uint16_t i = 0; i < shnum; ++i) {
-    uint32_t type = 0, link = 0, strtype = 0, strlink = 0;
-    uint64_t offset = 0, size = 0, stroff = 0, strsize = 0;
-    if (!section(i, &type, &offset, &size, &link) || type != 2 /* SHT_SYMTAB */) continue;
-    if (!section(link, &strtype, &stroff, &strsize, &strlink)) continue;
-    for (uint64_t s = 0; s + 24 <= size; s += 24) {
-      uint32_t name = 0;
-      uint8_t info = 0;
-      uint64_t bytes = 0;
-      if (!read(elf, offset + s, &name) || !read(elf, offset + s + 4, &info) ||
-          !read(elf, offset + s + 16, &bytes)) {
-        break;
-      }
-      if ((info & 0xF) != 1 /* STT_OBJECT */ || stroff >= elf.size()) continue;
-      const std::string_view strings = elf.substr(stroff, strsize);
-      if (name >= strings.size()) continue;
-      const std::string_view symbol = strings.substr(name, strings.find('\0', name) - name);
-      if (!symbol.empty()) out.emplace(symbol, bytes);
-    }
+void ptx_declaration(const std::string& statement, std::map<std::string, uint64_t>& out) {
+  std::string name;
+  uint64_t bytes = 0;
+  if (ptx_variable(statement, ".global", &name, &bytes) ||
+      ptx_variable(statement, ".const", &name, &bytes)) {
+    out[name] = bytes;
   }
 }
 
-// The entries of a fatbin: {u16 kind (1 PTX, 2 ELF), u16, u32 header size,
-// u64 payload size, ..., u64 flags at 40 (0x2000: compressed)}.
-void fatbin_globals(std::string_view fatbin, std::map<std::string, uint64_t>& out) {
-  uint16_t header = 0;
-  uint64_t body = 0;
-  if (!read(fatbin, 6, &header) || !read(fatbin, 8, &body)) return;
-  const uint64_t end = std::min<uint64_t>(fatbin.size(), header + body);
-  for (uint64_t at = header; at < end;) {
-    uint16_t kind = 0;
-    uint32_t entry_header = 0;
-    uint64_t size = 0, flags = 0;
-    if (!read(fatbin, at, &kind) || !read(fatbin, at + 4, &entry_header) ||
-        !read(fatbin, at + 8, &size) || !read(fatbin, at + 40, &flags) || entry_header == 0) {
-      return;
-    }
-    const uint64_t payload = at + entry_header;
-    if (payload > end || size > end - payload) return;
-    if ((flags & 0x2000) == 0) {
-      const std::string_view data = fatbin.substr(payload, size);
-      if (kind == 1) ptx_globals(data.substr(0, data.find('\0')), out);
-      if (kind == 2) elf_globals(data, out);
-    }
-    at = payload + size;
+void ptx_globals(std::string_view ptx, std::map<std::string, uint64_t>& out) {
+  ptx_statements(ptx, [&](const std::string& statement, bool opens_body) {
+    if (!opens_body) ptx_declaration(statement, out);
+  });
+}
+
+void elf_globals(std::string_view elf, std::map<std::string, uint64_t>& out) {
+  for (const ElfSymbol& s : elf_symbols(elf, elf_sections(elf))) {
+    // An undefined symbol (section 0) is a reference to another image's global.
+    if (s.type == kSttObject && s.section != 0 && !s.name.empty()) out.emplace(s.name, s.size);
   }
 }
 
@@ -152,14 +115,16 @@ void fatbin_globals(std::string_view fatbin, std::map<std::string, uint64_t>& ou
 
 std::map<std::string, uint64_t> image_globals(std::string_view image, bool ptx) {
   std::map<std::string, uint64_t> out;
-  uint32_t magic = 0;
   if (ptx) {
     ptx_globals(image, out);
-  } else if (read(image, 0, &magic) && magic == 0xBA55ED50) {
-    fatbin_globals(image, out);
-  } else if (image.substr(0, 4) ==
-             "\x7f"
-             "ELF") {
+  } else if (is_fatbin(image)) {
+    // Compressed entries are opaque: their globals are not found.
+    for (const FatbinEntry& e : fatbin_entries(image)) {
+      if (e.compressed) continue;
+      if (e.kind == kFatbinPtx) ptx_globals(e.data, out);
+      if (e.kind == kFatbinElf) elf_globals(e.data, out);
+    }
+  } else if (is_elf(image)) {
     elf_globals(image, out);
   }
   return out;

@@ -6,15 +6,14 @@
 
 namespace fakegpu {
 
-namespace {
-
-// Index of option `which` among `options`, or -1.
 int find_option(unsigned count, const CUjit_option* options, CUjit_option which) {
   for (unsigned i = 0; i < count; ++i) {
     if (options[i] == which) return static_cast<int>(i);
   }
   return -1;
 }
+
+namespace {
 
 void fill_one(unsigned count, const CUjit_option* options, void** values, CUjit_option buffer,
               CUjit_option size_option, const char* text) {

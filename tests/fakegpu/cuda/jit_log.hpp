@@ -6,6 +6,9 @@
 
 namespace fakegpu {
 
+// Index of option `which` among `options`, or -1.
+int find_option(unsigned count, const CUjit_option* options, CUjit_option which);
+
 // Writes `info` and `error` (truncated to the buffers' sizes) into the buffers
 // named by the options and reports the bytes written, NUL included, back
 // through the *_LOG_BUFFER_SIZE_BYTES option values. Unknown options are ignored.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/integration/fakegpu/cu_expect.hpp"
+#include "tests/integration/fakegpu/cubin_builder.hpp"
 #include "tests/integration/fakegpu/primary_fixture.hpp"
 
 namespace {
@@ -36,70 +37,11 @@ uint64_t round_to_granule(uint64_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
-// A minimal ELF64 cubin: a string table and a symbol table holding one
-// kernel (STT_FUNC) and the given objects (STT_OBJECT) with their sizes.
 std::string cubin(const std::vector<std::pair<std::string, uint64_t>>& objects) {
-  std::string strings(1, '\0');
-  std::string symbols(24, '\0');  // symbol 0 is the undefined one
-  auto symbol = [&](const std::string& name, uint8_t type, uint64_t size) {
-    char entry[24] = {};
-    const auto at = static_cast<uint32_t>(strings.size());
-    std::memcpy(entry, &at, 4);
-    entry[4] = static_cast<char>(0x10 | type);  // STB_GLOBAL
-    std::memcpy(entry + 16, &size, 8);
-    symbols.append(entry, sizeof entry);
-    strings += name + '\0';
-  };
-  symbol("kernel", 2, 0);
-  for (const auto& [name, size] : objects) symbol(name, 1, size);
-  std::string elf(64, '\0');
-  std::memcpy(elf.data(),
-              "\x7f"
-              "ELF\x02\x01\x01",
-              7);
-  const uint64_t strings_at = elf.size();
-  elf += strings;
-  const uint64_t symbols_at = elf.size();
-  elf += symbols;
-  const uint64_t sections_at = elf.size();
-  auto section = [&](uint32_t type, uint64_t offset, uint64_t size, uint32_t link) {
-    char header[64] = {};
-    std::memcpy(header + 0x04, &type, 4);
-    std::memcpy(header + 0x18, &offset, 8);
-    std::memcpy(header + 0x20, &size, 8);
-    std::memcpy(header + 0x28, &link, 4);
-    elf.append(header, sizeof header);
-  };
-  section(0, 0, 0, 0);
-  section(3 /* SHT_STRTAB */, strings_at, strings.size(), 0);
-  section(2 /* SHT_SYMTAB */, symbols_at, symbols.size(), 1);
-  const uint16_t entsize = 64, count = 3;
-  std::memcpy(elf.data() + 0x28, &sections_at, 8);
-  std::memcpy(elf.data() + 0x3A, &entsize, 2);
-  std::memcpy(elf.data() + 0x3C, &count, 2);
-  return elf;
+  return fakegpu_test::cubin({.objects = objects});
 }
 
-// A fatbin holding one ELF entry, compressed (flag 0x2000) or not.
-std::string fatbin(const std::string& elf, bool compressed) {
-  std::string entry(64, '\0');
-  const uint16_t kind = 2;
-  const uint32_t header = 64;
-  const uint64_t size = elf.size(), flags = compressed ? 0x2000 : 0;
-  std::memcpy(entry.data(), &kind, 2);
-  std::memcpy(entry.data() + 4, &header, 4);
-  std::memcpy(entry.data() + 8, &size, 8);
-  std::memcpy(entry.data() + 40, &flags, 8);
-  std::string out(16, '\0');
-  const uint32_t magic = 0xBA55ED50;
-  const uint16_t version = 1, header_size = 16;
-  const uint64_t body = entry.size() + elf.size();
-  std::memcpy(out.data(), &magic, 4);
-  std::memcpy(out.data() + 4, &version, 2);
-  std::memcpy(out.data() + 6, &header_size, 2);
-  std::memcpy(out.data() + 8, &body, 8);
-  return out + entry + elf;
-}
+using fakegpu_test::fatbin;
 
 class ModuleMemory : public fakegpu_test::OnPrimaryContext {
  protected:

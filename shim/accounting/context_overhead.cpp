@@ -74,19 +74,36 @@ MemorySample sample_memory(CUdevice ordinal) noexcept {
   return s;
 }
 
+MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept {
+  MemorySample s = sample_memory(ordinal);
+  const unsigned gpu = gpu_index_of_device(st, ordinal);
+  if (gpu < shm::kMaxGpus) {
+    s.tracked_known = true;
+    s.tracked = st.slot->bytes[gpu].load(std::memory_order_relaxed) +
+                st.slot->overhead[gpu].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
 bool estimate_overhead(const MemorySample& before, const MemorySample& after,
                        std::uint64_t& overhead) noexcept {
+  std::uint64_t grew = 0;
   if (after.process_known) {
     // Not listed before: no context of ours on the device yet.
     const std::uint64_t base = before.process_known ? before.process_used : 0;
-    overhead = after.process_used > base ? after.process_used - base : 0;
-    return true;
+    grew = after.process_used > base ? after.process_used - base : 0;
+  } else if (before.device_known && after.device_known) {
+    grew = before.device_free > after.device_free ? before.device_free - after.device_free : 0;
+  } else {
+    return false;
   }
-  if (before.device_known && after.device_known) {
-    overhead = before.device_free > after.device_free ? before.device_free - after.device_free : 0;
-    return true;
-  }
-  return false;
+  // Unsigned arithmetic wraps consistently: grew - (after - before) in two's
+  // complement, read as signed to clamp at zero.
+  const std::uint64_t moved =
+      before.tracked_known && after.tracked_known ? after.tracked - before.tracked : 0;
+  const auto own = static_cast<std::int64_t>(grew - moved);
+  overhead = own > 0 ? static_cast<std::uint64_t>(own) : 0;
+  return true;
 }
 
 std::uint64_t default_context_overhead(int cc_major) noexcept {
@@ -229,6 +246,19 @@ void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept {
   g_device_seen[ordinal].store(true, std::memory_order_relaxed);
 }
 
+std::mutex& measurement_mutex() noexcept {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+bool is_created_context(CUcontext ctx) noexcept {
+  if (!ctx) return false;
+  std::lock_guard lock(records_mutex());
+  for (const auto& rec : records())
+    if (rec.ctx == ctx) return true;
+  return false;
+}
+
 void context_destroyed(const AllocationState& st, CUcontext ctx, CUdevice ordinal) noexcept {
   std::lock_guard lock(records_mutex());
   auto& v = records();
@@ -243,6 +273,7 @@ void context_destroyed(const AllocationState& st, CUcontext ctx, CUdevice ordina
 void context_reset_after_fork() noexcept {
   // The child never holds the parent's lock's owner; start clean.
   new (&records_mutex()) std::mutex;
+  new (&measurement_mutex()) std::mutex;
   records().clear();
   for (auto& seen : g_device_seen) seen.store(false, std::memory_order_relaxed);
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 
 #include "shim/process/allocation_state.hpp"
 
@@ -23,13 +24,21 @@ struct MemorySample {
   bool device_known = false;
   std::uint64_t device_free = 0;
   bool nvml = false;  // NVML answered at all
+  // What this process had charged on the device's quota entry when sampled:
+  // other threads allocate and free while a creation is measured, and the
+  // NVML figures move with them.
+  bool tracked_known = false;
+  std::uint64_t tracked = 0;
 };
 
 // NVML figures of device `ordinal` now.
 MemorySample sample_memory(CUdevice ordinal) noexcept;
+// The same with this process's charges on that device.
+MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept;
 
-// Pure: the overhead a context created between `before` and `after` cost;
-// false when it cannot be told.
+// Pure: the overhead a context created between `before` and `after` cost,
+// less what the process's own charges moved by meanwhile (when both samples
+// know them); false when it cannot be told.
 bool estimate_overhead(const MemorySample& before, const MemorySample& after,
                        std::uint64_t& overhead) noexcept;
 
@@ -79,6 +88,16 @@ class ContextReservation {
 void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept;
 // The same check for a retain of an already active primary context.
 void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept;
+
+// Context creations, module loads and what undoes them change this
+// process's device memory by an amount the shim measures across the call:
+// they run one at a time per process, so each measurement sees its own call
+// alone (they are rare and slow in the driver).
+std::mutex& measurement_mutex() noexcept;
+
+// Whether `ctx` is a context the shim saw made with cuCtxCreate* (any other
+// context a process uses is a device's primary context).
+bool is_created_context(CUcontext ctx) noexcept;
 
 // Returns the charge of a destroyed context (primary: pass nullptr + ordinal).
 void context_destroyed(const AllocationState& st, CUcontext ctx, CUdevice ordinal) noexcept;

@@ -8,6 +8,7 @@
 
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/graph_accounting.hpp"
+#include "shim/accounting/module_accounting.hpp"
 #include "shim/accounting/pool_accounting.hpp"
 #include "shim/accounting/vmm_accounting.hpp"
 #include "shim/process/call_site.hpp"
@@ -42,6 +43,7 @@ void reset_accounting_after_fork() noexcept {
   pool_reset_after_fork();
   vmm_reset_after_fork();
   context_reset_after_fork();
+  module_reset_after_fork();
   graph_reset_after_fork();
 }
 

@@ -83,6 +83,14 @@ enum class Need : bool { kOptional, kRequired };
   X(cuDevicePrimaryCtxReset, ::cushare::shim::legacy::PFN_cuDevicePrimaryCtxReset_v7000,        \
     kOptional)                                                                                  \
   X(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000, kRequired)                  \
+  X(cuModuleLoad, PFN_cuModuleLoad_v2000, kRequired)                                            \
+  X(cuModuleLoadData, PFN_cuModuleLoadData_v2000, kRequired)                                    \
+  X(cuModuleLoadDataEx, PFN_cuModuleLoadDataEx_v2010, kRequired)                                \
+  X(cuModuleLoadFatBinary, PFN_cuModuleLoadFatBinary_v2000, kRequired)                          \
+  X(cuModuleUnload, PFN_cuModuleUnload_v2000, kRequired)                                        \
+  X(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000, kOptional)                                 \
+  X(cuLibraryLoadFromFile, PFN_cuLibraryLoadFromFile_v12000, kOptional)                         \
+  X(cuLibraryUnload, PFN_cuLibraryUnload_v12000, kOptional)                                     \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000, kRequired)                                        \
   X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz, kRequired)                              \
   X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060, kOptional)                                   \

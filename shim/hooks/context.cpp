@@ -1,9 +1,11 @@
 // cuInit (where the shim initialises: after the real cuInit succeeded, never
 // before, and never calling cuInit itself) and the context lifecycle hooks
-// that charge context overhead.
+// that charge context overhead (and return the charges of the modules a
+// destroyed context takes with it).
 #include <mutex>
 
 #include "shim/accounting/context_overhead.hpp"
+#include "shim/accounting/module_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
 
@@ -18,23 +20,30 @@ extern "C" CUresult cuInit(unsigned int Flags) {
 
 namespace {
 
-// Context creation is rare and slow in the driver: one at a time per process,
-// so the NVML samples around each one see that one alone.
-std::mutex& creation_mutex() {
-  static auto* m = new std::mutex;
-  return *m;
-}
-
 // Reserve the context's expected overhead, create, settle on what it took.
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
-  std::lock_guard serial(creation_mutex());
+  std::lock_guard serial(measurement_mutex());
   ContextReservation reservation(st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
-  const MemorySample before = sample_memory(dev);
+  const MemorySample before = sample_memory(st, dev);
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
-  reservation.created(*pctx, before, sample_memory(dev));
+  reservation.created(*pctx, before, sample_memory(st, dev));
+  return rc;
+}
+
+// The context's charge and those of its modules return with it. Not
+// serialised with the measured calls (a destroy waits for the context's
+// work): their measurements subtract what the process's charges moved by.
+template <class Call>
+CUresult destroy(CUcontext ctx, Call&& call) {
+  const ContextModules modules = modules_of_context(ctx, -1);
+  const CUresult rc = call();
+  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS) {
+    modules_destroyed(*st, modules);
+    context_destroyed(*st, ctx, -1);
+  }
   return rc;
 }
 
@@ -70,18 +79,12 @@ extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreate
 
 extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy_v2)
-  const CUresult rc = r.cuCtxDestroy_v2(ctx);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    context_destroyed(*st, ctx, -1);
-  return rc;
+  return destroy(ctx, [&] { return r.cuCtxDestroy_v2(ctx); });
 }
 
 extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy)
-  const CUresult rc = r.cuCtxDestroy(ctx);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    context_destroyed(*st, ctx, -1);
-  return rc;
+  return destroy(ctx, [&] { return r.cuCtxDestroy(ctx); });
 }
 
 namespace {
@@ -96,9 +99,13 @@ bool primary_active(CUdevice dev) {
 
 template <class Call>
 CUresult primary_release(CUdevice dev, Call&& call) {
+  const ContextModules modules = modules_of_context(nullptr, dev);
   const CUresult rc = call();
   const AllocationState* st = allocation_state();
-  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) context_destroyed(*st, nullptr, dev);
+  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) {
+    modules_destroyed(*st, modules);
+    context_destroyed(*st, nullptr, dev);
+  }
   return rc;
 }
 
@@ -107,7 +114,7 @@ CUresult primary_release(CUdevice dev, Call&& call) {
 extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRetain)
   CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
-  std::lock_guard serial(creation_mutex());
+  std::lock_guard serial(measurement_mutex());
   if (primary_active(dev)) {
     // Active already: retained before (charged then), or made through the
     // runtime's private path (charged now, the first time the shim sees it).
@@ -116,10 +123,10 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   }
   ContextReservation reservation(*st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
-  const MemorySample before = sample_memory(dev);
+  const MemorySample before = sample_memory(*st, dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  reservation.created(nullptr, before, sample_memory(dev));
+  reservation.created(nullptr, before, sample_memory(*st, dev));
   return rc;
 }
 

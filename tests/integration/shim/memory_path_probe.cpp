@@ -29,23 +29,16 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "probe_driver.hpp"
+
 namespace {
 
 using json = nlohmann::json;
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "memory_path_probe: FAILED: %s\n", what.c_str());
-  std::exit(3);
-}
-
-std::string name_of(CUresult r) {
-  const char* n = nullptr;
-  return cuGetErrorName(r, &n) == CUDA_SUCCESS && n ? n : "CUresult(" + std::to_string(r) + ")";
-}
-
-void expect(CUresult r, const std::string& what) {
-  if (r != CUDA_SUCCESS) fail(what + ": " + name_of(r));
-}
+using probe::expect;
+using probe::fail;
+using probe::free_view;
+using probe::name_of;
+using probe::start;
 
 struct Options {
   unsigned count = 300;
@@ -57,22 +50,6 @@ struct Options {
   unsigned max_steps = 64;
   unsigned hold_ms = 300;
 };
-
-CUdevice start() {
-  expect(cuInit(0), "cuInit");
-  CUdevice dev = 0;
-  expect(cuDeviceGet(&dev, 0), "cuDeviceGet");
-  CUcontext ctx = nullptr;
-  expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  expect(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  return dev;
-}
-
-std::uint64_t free_view() {
-  size_t free = 0, total = 0;
-  expect(cuMemGetInfo(&free, &total), "cuMemGetInfo_v2");
-  return free;
-}
 
 void hold(const Options& o) {
   std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));

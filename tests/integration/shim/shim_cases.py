@@ -811,22 +811,29 @@ CASES = {
 }
 
 
-def main():
+def main(cases=None, options=None, prefix="cushare-shim-"):
+    """Runs one case of `cases` (default: this file's) in a fresh temp folder;
+    `options` adds a program's own options to the common ones."""
+    cases = cases or CASES
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("case", choices=sorted(cases))
     ap.add_argument("--lib", required=True)
     ap.add_argument("--fakegpu-dir", required=True)
-    ap.add_argument("--samples-dir", required=True)
-    ap.add_argument("--probe", required=True)
-    ap.add_argument("--memory-probe")
     ap.add_argument("--stat", required=True)
-    ap.add_argument("--interposer", required=True)
     ap.add_argument("--preload-prefix", default="")
+    if options:
+        options(ap)
+    else:
+        ap.add_argument("--samples-dir", required=True)
+        ap.add_argument("--probe", required=True)
+        ap.add_argument("--memory-probe")
+        ap.add_argument("--interposer", required=True)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="cushare-shim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.chdir(tmp)  # what a program writes lands in the case's folder
         h = Harness(args, tmp)
         try:
-            CASES[args.case](h)
+            cases[args.case](h)
         except Failure as e:
             print(f"FAIL {args.case}: {e}", file=sys.stderr)
             return 1

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "shim/accounting/context_overhead.hpp"
+#include "shim/accounting/memory_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
 
@@ -68,11 +69,21 @@ extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreate
                          [&] { return r.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev); });
 }
 
+namespace {
+
+// A destroyed context returns its overhead and the allocations made in it.
+void destroyed(const AllocationState& st, CUcontext ctx, CUdevice ordinal) {
+  context_destroyed(st, ctx, ordinal);
+  release_destroyed_allocations(st);
+}
+
+}  // namespace
+
 extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy_v2)
   const CUresult rc = r.cuCtxDestroy_v2(ctx);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    context_destroyed(*st, ctx, -1);
+    destroyed(*st, ctx, -1);
   return rc;
 }
 
@@ -80,7 +91,7 @@ extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxDestroy)
   const CUresult rc = r.cuCtxDestroy(ctx);
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    context_destroyed(*st, ctx, -1);
+    destroyed(*st, ctx, -1);
   return rc;
 }
 
@@ -98,7 +109,7 @@ template <class Call>
 CUresult primary_release(CUdevice dev, Call&& call) {
   const CUresult rc = call();
   const AllocationState* st = allocation_state();
-  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) context_destroyed(*st, nullptr, dev);
+  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) destroyed(*st, nullptr, dev);
   return rc;
 }
 

@@ -17,13 +17,16 @@ using namespace realprog;
 
 namespace {
 
-// One life of the context: allocate, load the kernel, launch, synchronise.
+// One life of the context: half the quota held (never written: fakegpu backs
+// written memory with host pages), a small buffer copied in, the kernel
+// launched on it, copied out.
 void work(const Runtime& rt, CUlibrary lib, std::size_t quota) {
-  CUdeviceptr half = 0;
+  CUdeviceptr half = 0, data = 0;
   RP_OK(rt.MemAlloc(&half, quota / 2));
   std::vector<float> host(1 << 14, 1.5f), back(host.size());
   const std::size_t bytes = host.size() * sizeof(float);
-  RP_OK(rt.MemcpyHtoD(half, host.data(), bytes));
+  RP_OK(rt.MemAlloc(&data, bytes));
+  RP_OK(rt.MemcpyHtoD(data, host.data(), bytes));
   CUdeviceptr over = 0;
   RP_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, rt.MemAlloc(&over, quota));
 
@@ -34,12 +37,12 @@ void work(const Runtime& rt, CUlibrary lib, std::size_t quota) {
   RP_OK(rt.LibraryGetGlobal(&scale, &scale_bytes, lib, "scale"));
   check(scale_bytes == sizeof(float), "cuLibraryGetGlobal(scale): wrong size");
   int n = static_cast<int>(host.size());
-  void* params[] = {&half, &half, &half, &n};
+  void* params[] = {&data, &data, &data, &n};
   for (int i = 0; i < 2; ++i)
     RP_LAUNCH(rt.LaunchKernel(reinterpret_cast<CUfunction>(kernel), 64, 1, 1, 256, 1, 1, 0, nullptr,
                               params, nullptr));
   RP_OK(rt.CtxSynchronize());
-  RP_OK(rt.MemcpyDtoH(back.data(), half, bytes));
+  RP_OK(rt.MemcpyDtoH(back.data(), data, bytes));
   // Unchanged on fakegpu (kernels are no-ops); on hardware scale × (x + x)
   // twice over: 1.5 → 6 → 24.
   check(back[0] == host[0] || back[0] == 24.0f, "the buffer did not come back");

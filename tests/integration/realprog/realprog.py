@@ -58,7 +58,7 @@ def run_case(case, b):
             "LD_PRELOAD": b.preload_prefix + b.lib,
             "CUSHARE_RUN_DIR": node.run_dir,
             "CUSHARE_MEMORY_LIMIT": "1Gi",
-            "FAKEGPU_HOST_BACKING": "1Gi",  # the copies hold real bytes
+            "FAKEGPU_HOST_BACKING": "64Mi",  # the copies hold real bytes
         })
         node.reset_peak()
         try:

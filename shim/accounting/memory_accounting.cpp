@@ -11,6 +11,7 @@
 #include "shim/accounting/module_accounting.hpp"
 #include "shim/accounting/pool_accounting.hpp"
 #include "shim/accounting/vmm_accounting.hpp"
+#include "shim/driver/real_driver.hpp"
 #include "shim/process/call_site.hpp"
 #include "shim/process/logging.hpp"
 #include "shm/proc_identity.hpp"
@@ -45,6 +46,19 @@ void reset_accounting_after_fork() noexcept {
   context_reset_after_fork();
   module_reset_after_fork();
   graph_reset_after_fork();
+}
+
+void release_destroyed_allocations(const AllocationState& st) noexcept {
+  const RealDriver& r = real();
+  if (!r.cuPointerGetAttribute) return;  // kept charged: over-counts, never under
+  device_pointers().sweep(
+      [&](std::uint64_t ptr, const Charge& c) {
+        if (c.kind != ChargeKind::kDevice && c.kind != ChargeKind::kManaged) return false;
+        CUdeviceptr same = 0;  // any attribute: an unknown pointer is CUDA_ERROR_INVALID_VALUE
+        return r.cuPointerGetAttribute(&same, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr) ==
+               CUDA_ERROR_INVALID_VALUE;
+      },
+      [&](const Charge& c) { release(st, c.gpu, c.bytes); });
 }
 
 void relieve_quota_pressure(const AllocationState& st, unsigned gpu) noexcept {

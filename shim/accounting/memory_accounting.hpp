@@ -39,6 +39,12 @@ inline void release(const AllocationState& st, unsigned gpu, std::uint64_t bytes
   if (gpu < shm::kMaxGpus && bytes) shm::QuotaLedger(*st.usage).release(gpu, *st.slot, bytes);
 }
 
+// After a context was destroyed (cuCtxDestroy, the primary context's last
+// release or its reset): the driver freed the plain, pitched and managed
+// allocations made in it, which the program will never free; their charges
+// return (those whose pointer the driver no longer knows).
+void release_destroyed_allocations(const AllocationState& st) noexcept;
+
 // Standalone there is no daemon to reclaim the slots of processes that died
 // without releasing them (kill -9): memory queries do it, at most once a
 // second per process (a scan of the slot states and a /proc read per live

@@ -50,6 +50,28 @@ class PointerTable {
   // Reads without removing.
   std::optional<Charge> find(std::uint64_t key) noexcept;
 
+  // Removes every entry for which `gone(key, charge)` holds and hands its
+  // charge to `removed`. Both run under the entry's shard lock, so a key the
+  // driver hands out again meanwhile is never taken for the old one: its
+  // insert waits for the lock. For rare events (a context destroyed): it
+  // visits every slot.
+  template <class Gone, class Removed>
+  void sweep(Gone&& gone, Removed&& removed) noexcept {
+    for (auto& s : shards_) {
+      s.lock();
+      for (std::uint32_t i = 0; s.slots && i <= s.mask;) {
+        const Slot slot = s.slots[i];
+        if (slot.key && gone(slot.key, slot.charge)) {
+          erase_locked(s, slot.key, hash(slot.key));  // a later entry may shift into i
+          removed(slot.charge);
+        } else {
+          ++i;
+        }
+      }
+      s.unlock();
+    }
+  }
+
   // Number of live entries (sum over shards; racy snapshot, for tests/stats).
   std::uint64_t size() noexcept;
 

@@ -150,6 +150,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, kRequired)                                \
   X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080, kOptional)                            \
   X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, kRequired)                                     \
+  X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, kOptional)                          \
   X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020, kRequired)                         \
   X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020, kRequired)                               \
   X(cuArrayGetMemoryRequirements, PFN_cuArrayGetMemoryRequirements_v11060, kOptional)           \

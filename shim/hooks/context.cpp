@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "shim/accounting/context_overhead.hpp"
+#include "shim/accounting/memory_accounting.hpp"
 #include "shim/accounting/module_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
@@ -43,6 +44,7 @@ CUresult destroy(CUcontext ctx, Call&& call) {
   if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, ctx, -1);
+    release_destroyed_allocations(*st);  // the allocations the driver freed with it
   }
   return rc;
 }
@@ -105,6 +107,7 @@ CUresult primary_release(CUdevice dev, Call&& call) {
   if (st && rc == CUDA_SUCCESS && !primary_active(dev)) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, nullptr, dev);
+    release_destroyed_allocations(*st);
   }
   return rc;
 }

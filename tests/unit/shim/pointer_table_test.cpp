@@ -78,6 +78,29 @@ TEST(PointerTable, ConcurrentThreadsKeepEveryEntry) {
   EXPECT_EQ(t.size(), static_cast<std::uint64_t>(kThreads * kPerThread / 2));
 }
 
+TEST(PointerTable, SweepRemovesExactlyTheGoneEntries) {
+  static PointerTable t;
+  // Clustered keys: sweeping one entry shifts later members of its probe run.
+  std::uint64_t expected = 0;
+  for (std::uint64_t k = 1; k <= 5000; ++k) {
+    ASSERT_TRUE(t.insert(0x7f0000000000ULL + k * 512, charge(k)));
+    if (k % 3 == 0) expected += k;
+  }
+  std::uint64_t removed = 0, calls = 0;
+  t.sweep([](std::uint64_t key, const Charge& c) { return key && c.bytes % 3 == 0; },
+          [&](const Charge& c) {
+            removed += c.bytes;
+            ++calls;
+          });
+  EXPECT_EQ(removed, expected);
+  EXPECT_EQ(calls, 5000u / 3);
+  EXPECT_EQ(t.size(), 5000u - 5000u / 3);
+  for (std::uint64_t k = 1; k <= 5000; ++k) {
+    const auto f = t.find(0x7f0000000000ULL + k * 512);
+    EXPECT_EQ(f.has_value(), k % 3 != 0) << k;
+  }
+}
+
 TEST(PointerTable, ResetAfterForkDropsEverything) {
   static PointerTable t;
   for (std::uint64_t k = 1; k < 1000; ++k) t.insert(k * 512, charge(k));

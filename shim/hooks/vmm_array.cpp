@@ -163,7 +163,8 @@ extern "C" CUresult cuMemExportToShareableHandle(void* shareableHandle,
                                                  CUmemAllocationHandleType handleType,
                                                  unsigned long long flags) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemExportToShareableHandle)
-  if (!allocation_state()) return r.cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+  if (!allocation_state())
+    return r.cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
   return vmm_export(shareableHandle, handle, handleType, flags);
 }
 

@@ -83,11 +83,12 @@ TEST_F(VmmShare, ForeignAndGarbageDescriptorsAreRefused) {
   for (int fd : {-1, null_fd, 1 << 20, INT32_MAX})
     EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemImportFromShareableHandle(&h, as_os_handle(fd), kFd))
         << "fd " << fd;
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemImportFromShareableHandle(
-                                          &h, reinterpret_cast<void*>(uintptr_t{1} << 40), kFd));
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemImportFromShareableHandle(nullptr, as_os_handle(0), kFd));
-  EXPECT_CU(CUDA_ERROR_NOT_SUPPORTED, cuMemImportFromShareableHandle(&h, as_os_handle(null_fd),
-                                                                     CU_MEM_HANDLE_TYPE_WIN32));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
+            cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(uintptr_t{1} << 40), kFd));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
+            cuMemImportFromShareableHandle(nullptr, as_os_handle(0), kFd));
+  EXPECT_CU(CUDA_ERROR_NOT_SUPPORTED,
+            cuMemImportFromShareableHandle(&h, as_os_handle(null_fd), CU_MEM_HANDLE_TYPE_WIN32));
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
             cuMemImportFromShareableHandle(&h, as_os_handle(null_fd),
                                            static_cast<CUmemAllocationHandleType>(0x40)));

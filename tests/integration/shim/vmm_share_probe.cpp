@@ -165,7 +165,9 @@ int importer(const std::string& path, std::size_t bytes) {
   const bool exporter_wrote = has_pattern(va, 1);
   write_pattern(va, 2);
   if (write(sock, "w", 1) != 1) fail("write to the exporter");
-  say({{"mapped", true}, {"exporter_wrote", exporter_wrote}, {"free_before", free_before},
+  say({{"mapped", true},
+       {"exporter_wrote", exporter_wrote},
+       {"free_before", free_before},
        {"free_mapped", probe::free_view()}});
   std::string line;
   std::getline(std::cin, line);  // the test has looked at the ground truth
@@ -182,8 +184,9 @@ int main(int argc, char** argv) {
   CLI::App app{"vmm_share_probe"};
   std::string role, socket_path;
   std::size_t bytes = 512u << 20;
-  app.add_option("role", role, "export or import")->required()->check(
-      CLI::IsMember({"export", "import"}));
+  app.add_option("role", role, "export or import")
+      ->required()
+      ->check(CLI::IsMember({"export", "import"}));
   app.add_option("--socket", socket_path, "unix socket the descriptor travels over")->required();
   app.add_option("--bytes", bytes, "size of the allocation");
   CLI11_PARSE(app, argc, argv);

@@ -21,6 +21,7 @@ struct Physical {
   std::uint8_t gpu = 0;
   std::uint32_t refs = 0;      // handle references the program still holds
   std::uint32_t mappings = 0;  // cuMemMap ranges backed by it
+  bool exported = false;       // pinned until exit: see the header
 };
 
 // A handle value naming a charged allocation. The driver hands out the
@@ -181,6 +182,24 @@ CUresult vmm_retain(CUmemGenericAllocationHandle* handle, void* addr) noexcept {
     ++ref.refs;
   } catch (...) {
   }
+  return rc;
+}
+
+CUresult vmm_export(void* shareable, CUmemGenericAllocationHandle handle,
+                    CUmemAllocationHandleType type, unsigned long long flags) noexcept {
+  const RealDriver& r = real();
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  const CUresult rc = r.cuMemExportToShareableHandle(shareable, handle, type, flags);
+  if (rc != CUDA_SUCCESS) return rc;
+  auto it = t.handles.find(handle);
+  if (it == t.handles.end() || it->second.physical->exported) return rc;
+  Physical* p = it->second.physical;
+  p->exported = true;
+  ++p->refs;  // never undone: the charge outlives every release and unmap here
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    log().info("an exported allocation stays charged until this process exits");
   return rc;
 }
 

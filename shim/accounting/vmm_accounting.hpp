@@ -11,7 +11,13 @@
 // driver's (a racing map and release cannot let the charge go while memory
 // stays). These are not hot paths: a map costs page-table work in the driver.
 // Handles the shim did not charge (imports) are not tracked: their calls
-// pass straight through.
+// pass straight through, so mapping or releasing an import never moves quota.
+//
+// An exported allocation (cuMemExportToShareableHandle) stays charged until
+// the process exits: any process receiving the descriptor can import it and
+// keep the memory alive after this one released and unmapped it, and
+// nothing tells the shim when the last importer lets go. Returning the charge
+// at release would let a tenant hold memory that no quota counts.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,8 @@ CUresult vmm_map(const AllocationState& st, CUdeviceptr ptr, std::size_t size, s
                  CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept;
 CUresult vmm_unmap(const AllocationState& st, CUdeviceptr ptr, std::size_t size) noexcept;
 CUresult vmm_retain(CUmemGenericAllocationHandle* handle, void* addr) noexcept;
+CUresult vmm_export(void* shareable, CUmemGenericAllocationHandle handle,
+                    CUmemAllocationHandleType type, unsigned long long flags) noexcept;
 // Sparse-array tiles (cuMemMapArrayAsync): their unmapping does not name the
 // allocation, so one mapped there stays charged until the process exits.
 CUresult vmm_map_array(CUarrayMapInfo* list, unsigned count, CUstream stream,

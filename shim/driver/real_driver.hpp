@@ -57,6 +57,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuMemMap, PFN_cuMemMap_v10020, kRequired)                                                   \
   X(cuMemUnmap, PFN_cuMemUnmap_v10020, kRequired)                                               \
   X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000, kRequired)             \
+  X(cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020, kRequired)           \
   X(cuMemMapArrayAsync, PFN_cuMemMapArrayAsync_v11010, kRequired)                               \
   X(cuMemMapArrayAsync_ptsz, PFN_cuMemMapArrayAsync_v11010_ptsz, kRequired)                     \
   X(cuArrayCreate, ::cushare::shim::legacy::PFN_cuArrayCreate_v2000, kOptional)                 \

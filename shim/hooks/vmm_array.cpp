@@ -5,8 +5,10 @@
 //    by prop->location.id (never the current context's). The charge stays
 //    until the allocation is both released and unmapped
 //    (vmm_accounting.hpp). Imports (cuMemImportFromShareableHandle) are not
-//    charged, so their release and mappings pass through; a retained handle
-//    is one more reference to an allocation that is already charged.
+//    charged (the exporter's allocation is), so the import is not hooked and
+//    their release and mappings pass through; a retained handle is one more
+//    reference to an allocation that is already charged. An exported one
+//    stays charged until the process exits.
 //  - Arrays reserve an estimate from the descriptor, then settle on the
 //    driver's own figure (cuArrayGetMemoryRequirements /
 //    cuMipmappedArrayGetMemoryRequirements).
@@ -154,6 +156,16 @@ extern "C" CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* ha
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemRetainAllocationHandle)
   if (!allocation_state()) return r.cuMemRetainAllocationHandle(handle, addr);
   return vmm_retain(handle, addr);
+}
+
+extern "C" CUresult cuMemExportToShareableHandle(void* shareableHandle,
+                                                 CUmemGenericAllocationHandle handle,
+                                                 CUmemAllocationHandleType handleType,
+                                                 unsigned long long flags) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemExportToShareableHandle)
+  if (!allocation_state())
+    return r.cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+  return vmm_export(shareableHandle, handle, handleType, flags);
 }
 
 extern "C" CUresult cuMemMapArrayAsync(CUarrayMapInfo* mapInfoList, unsigned int count,

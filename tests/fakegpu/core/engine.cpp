@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tests/fakegpu/core/shared_allocations.hpp"
+
 namespace fakegpu {
 namespace {
 
@@ -235,6 +237,7 @@ void release_process(SharedState& s, int32_t proc, uint64_t now) {
     if (s.contexts[i].state == SlotState::live && s.contexts[i].proc == proc)
       destroy_context(s, i, now);
   }
+  drop_all_shared(s, proc);  // first: what others still hold stays charged, to them
   for (uint32_t d = 0; d < kMaxDevices; ++d) uncharge(s, proc, d, p.mem[d]);
   for (EventSlot& e : s.events) {
     if (e.state == SlotState::live && e.proc == proc) e.state = SlotState::free;

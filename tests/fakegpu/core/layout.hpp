@@ -10,7 +10,7 @@
 namespace fakegpu {
 
 inline constexpr uint64_t kStateMagic = 0x3155504745'4b4146ull;  // "FAKEGPU1"
-inline constexpr uint32_t kStateVersion = 5;
+inline constexpr uint32_t kStateVersion = 6;
 inline constexpr uint32_t kMaxDevices = 8;
 inline constexpr uint32_t kMaxProcs = 512;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -19,6 +19,8 @@ inline constexpr uint32_t kMaxEvents = 16384;
 inline constexpr uint32_t kUtilRing = 64;  // checkpoints kept (x period = history)
 inline constexpr uint64_t kUtilPeriodNs = 100'000'000;
 inline constexpr uint32_t kXidRing = 64;
+inline constexpr uint32_t kMaxSharedAllocations = 128;
+inline constexpr uint32_t kMaxSharedHolders = 16;
 
 enum class ItemKind : uint32_t {
   kernel = 1,      // occupies the engine for remaining_ns
@@ -108,6 +110,21 @@ struct XidRecord {
   uint64_t time_ns;
 };
 
+// A VMM allocation exported to a file descriptor (cuMemExportToShareableHandle).
+// Every process holding a handle or mapping of it is a holder; the physical
+// memory stays charged to one holder (its mem[]) until the last one lets go.
+struct SharedAllocation {
+  SlotState state;
+  uint32_t device;
+  uint64_t bytes;
+  uint64_t file_dev;  // the memfd behind every exported fd (fstat st_dev, st_ino)
+  uint64_t file_ino;
+  uint64_t handle_types;  // CUmemAllocationProp::requestedHandleTypes at cuMemCreate
+  int32_t charged_proc;
+  uint32_t holder_count;
+  int32_t holders[kMaxSharedHolders];
+};
+
 struct StateHeader {
   uint64_t magic;  // written last at creation
   uint32_t version;
@@ -130,6 +147,7 @@ struct SharedState {
   ProcSlot procs[kMaxProcs];
   EventSlot events[kMaxEvents];
   ContextSlot contexts[kMaxContexts];
+  SharedAllocation shared[kMaxSharedAllocations];
 };
 
 }  // namespace fakegpu

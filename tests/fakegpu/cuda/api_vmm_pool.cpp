@@ -5,6 +5,7 @@
 
 #include "tests/fakegpu/cuda/driver.hpp"
 #include "tests/fakegpu/cuda/size_math.hpp"
+#include "tests/fakegpu/cuda/vmm_physical.hpp"
 
 using namespace fakegpu;
 
@@ -22,37 +23,9 @@ uint64_t round_up_bounded(uint64_t v, uint64_t granule) {
 
 // ---- VMM ----
 
-struct PhysicalHandle {
-  CUmemAllocationProp prop{};
-  uint64_t size = 0;
-  uint64_t charged = 0;
-  int device = 0;
-  int refs = 1;  // cuMemCreate + cuMemRetainAllocationHandle, minus cuMemRelease
-  int mappings = 0;
-  std::shared_ptr<Backing> backing;
-};
-
-// VMM handles that are not live are CUDA_ERROR_INVALID_VALUE, the error the
-// VMM API documents for every bad argument. Callers hold driver().mu, under
-// which a handle's object is deleted.
-PhysicalHandle* as_physical(CUmemGenericAllocationHandle handle) {
-  return handle_object<PhysicalHandle>(handle, HandleKind::vmm_allocation);
-}
-
 std::map<uint64_t, uint64_t>& reservations() {
   static auto* map = new std::map<uint64_t, uint64_t>();
   return *map;
-}
-
-// Physical memory goes back to the device only when the handle is released
-// and unmapped everywhere. Caller holds driver().mu; returns bytes to uncharge.
-uint64_t maybe_free_physical(PhysicalHandle* h, int* device) {
-  if (h->refs > 0 || h->mappings > 0) return 0;
-  unregister_handle(h, HandleKind::vmm_allocation);
-  const uint64_t bytes = h->charged;
-  *device = h->device;
-  delete h;
-  return bytes;
 }
 
 CUresult check_prop(const CUmemAllocationProp* prop) {
@@ -62,11 +35,17 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
     if (!valid_ordinal(prop->location.id)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
+    // Linux drivers export to file descriptors only: Win32 handles do not
+    // exist here and fabric handles need IMEX channels
+    // (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0).
+    if (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+      return CUDA_ERROR_NOT_SUPPORTED;
     return CUDA_SUCCESS;
   }
   if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
       prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
-    return CUDA_SUCCESS;
+    // cuda.h: host allocations are not IPC capable.
+    return prop->requestedHandleTypes == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -294,16 +273,15 @@ FAKEGPU_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
 
 FAKEGPU_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  uint64_t bytes = 0;
-  int device = 0;
+  FreedPhysical freed;
   {
     std::lock_guard<std::mutex> guard(driver().mu);
     PhysicalHandle* h = as_physical(handle);
     if (h == nullptr || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;
     --h->refs;
-    bytes = maybe_free_physical(h, &device);
+    freed = maybe_free_physical(h);
   }
-  if (bytes) uncharge_device(device, bytes);
+  settle_freed(freed);
   return CUDA_SUCCESS;
 }
 
@@ -399,7 +377,7 @@ FAKEGPU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 FAKEGPU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
-  std::vector<std::pair<int, uint64_t>> freed;
+  std::vector<FreedPhysical> freed;
   {
     std::lock_guard<std::mutex> guard(d.mu);
     // The range must be exactly one or more adjacent whole mappings: the
@@ -418,12 +396,11 @@ FAKEGPU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     for (auto it = first; it != d.regions.end() && it->first < end;) {
       auto* h = static_cast<PhysicalHandle*>(it->second.pool);
       --h->mappings;
-      int device = 0;
-      if (uint64_t bytes = maybe_free_physical(h, &device)) freed.emplace_back(device, bytes);
+      freed.push_back(maybe_free_physical(h));
       it = d.regions.erase(it);
     }
   }
-  for (auto [device, bytes] : freed) uncharge_device(device, bytes);
+  for (const FreedPhysical& f : freed) settle_freed(f);
   return CUDA_SUCCESS;
 }
 

@@ -291,8 +291,10 @@ uint8_t* backing_bytes(Backing& b, uint64_t offset, bool for_write) {
 
 void release_backing(Backing& b) {
   Driver& d = driver();
-  if (b.lazy) d.backed_bytes -= std::min(d.backed_bytes, b.size);
+  if (b.lazy || b.shared) d.backed_bytes -= std::min(d.backed_bytes, b.size);
   b.lazy.reset();
+  if (b.shared) b.host = nullptr;
+  b.shared.reset();
 }
 
 CUresult charge_device(int device, uint64_t bytes) {

@@ -111,6 +111,9 @@ struct Backing {
   uint64_t size = 0;
   uint8_t* host = nullptr;
   std::unique_ptr<uint8_t[]> lazy;
+  // An exported VMM allocation's bytes: a MAP_SHARED view of its memfd, so
+  // every process mapping it sees the same memory (`host` points into it).
+  std::shared_ptr<uint8_t> shared;
   bool unbacked = false;  // beyond the backing budget: writes vanish, reads give zeros
 };
 

@@ -10,6 +10,7 @@
 #include "tests/fakegpu/core/config.hpp"
 #include "tests/fakegpu/core/engine.hpp"
 #include "tests/fakegpu/core/quantity.hpp"
+#include "tests/fakegpu/core/shared_allocations.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
 
 namespace fakegpu {
@@ -186,6 +187,22 @@ TEST_F(EngineTest, ReleasingAProcessFreesItsContextsMemoryAndQueuedWork) {
   advance_all(s(), kT0 + 10 * kMs);
   EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 2 * kMs);  // B no longer waits for A
   EXPECT_EQ(s().procs[0].busy[0], kMs);                    // busy time of the dead process is kept
+}
+
+TEST_F(EngineTest, SharedMemoryOutlivesItsCreatorAndIsChargedOnce) {
+  const uint64_t bytes = 512ull << 20;
+  ASSERT_TRUE(charge(s(), 0, 0, bytes));
+  const int32_t slot = publish_shared(s(), 0, 0, bytes, 1, 7, 9);
+  ASSERT_EQ(find_shared(s(), 7, 9), slot);
+  ASSERT_TRUE(hold_shared(s(), slot, 1));
+  ASSERT_TRUE(hold_shared(s(), slot, 1));  // one hold per process
+  EXPECT_EQ(s().devices[0].used_mem, bytes);
+  release_process(s(), 0, kT0);  // the creator dies: the importer keeps the memory
+  EXPECT_EQ(s().devices[0].used_mem, bytes);
+  EXPECT_EQ(s().procs[1].mem[0], bytes);
+  drop_shared(s(), slot, 1);
+  EXPECT_EQ(s().devices[0].used_mem, 0u);
+  EXPECT_EQ(find_shared(s(), 7, 9), -1);
 }
 
 TEST_F(EngineTest, BusyHistoryGivesUtilisationWindows) {

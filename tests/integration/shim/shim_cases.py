@@ -772,6 +772,62 @@ def case_path_graph_legacy(h):
     check("graph memory" in err, f"the refusal is logged: {err}")
 
 
+def case_vmm_share_fd(h):
+    """A VMM allocation exported by a process of one allocation (quota 1Gi)
+    and imported through a file descriptor by a process of another: the device
+    is charged once, the importer's ledger not at all, the bytes are shared,
+    the memory outlives the exporter's release and returns after both."""
+    size, quota, sock = 512 * MI, GI, os.path.join(h.tmp, "share.sock")
+    other = os.path.join(h.tmp, "run2")
+    probe = [h.a.share_probe, "--socket", sock, "--bytes", str(size)]
+    backing = {"FAKEGPU_HOST_BACKING": "1Gi"}
+    TruthNode(h).reset_peak()
+    used = lambda: h.truth()["devices"][0]["memory_used"]
+    exporter = subprocess.Popen(probe[:1] + ["export"] + probe[1:], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=h.env({**backing, "CUSHARE_MEMORY_LIMIT": "1Gi"}))
+    importer = None
+    try:
+        ready = json.loads(exporter.stdout.readline() or "{}")
+        check(ready.get("ready"), f"exporter: {exporter.stderr.read() if not ready else ready}")
+        with_exporter = used()
+        check(with_exporter == size + OVERHEAD, f"exporter alone: device used {with_exporter}")
+        importer = subprocess.Popen(probe[:1] + ["import"] + probe[1:], text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    env=h.env({**backing, "CUSHARE_MEMORY_LIMIT": "1Gi",
+                                               "CUSHARE_RUN_DIR": other}))
+        mapped = json.loads(importer.stdout.readline() or "{}")
+        check(mapped.get("mapped"), f"importer: {importer.stderr.read() if not mapped else mapped}")
+        check(mapped["exporter_wrote"], "the importer does not see the exporter's bytes")
+        check(used() == with_exporter + OVERHEAD, f"import charged the device: {used()}")
+        ledger = Usage(os.path.join(other, "usage")).slots()
+        check([b for _, b, _ in ledger] == [0], f"importer's ledger charges the import: {ledger}")
+        check(mapped["free_before"] == mapped["free_mapped"], f"importer's view moved: {mapped}")
+        done = json.loads(exporter.stdout.readline() or "{}")
+        check(exporter.wait(timeout=30) == 0 and done.get("importer_wrote"),
+              f"exporter: {done} {exporter.stderr.read()}")
+        # Exported, so charged to the exporter until it exits (docs/shim.md).
+        check(ready["free_created"] == done["free_released"] == ready["free_before"] - size,
+              f"exporter's view: {ready} {done}")
+        check(used() == size + OVERHEAD, f"after the exporter left: device used {used()}")
+        importer.stdin.write("go\n")
+        importer.stdin.flush()
+        last = json.loads(importer.stdout.readline() or "{}")
+        check(importer.wait(timeout=30) == 0 and last.get("still_there"),
+              f"importer: {last} {importer.stderr.read()}")
+    finally:
+        for p in (exporter, importer):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+    truth = h.truth()["devices"][0]
+    check(truth["memory_used"] == 0, f"device memory not back: {truth['memory_used']}")
+    # The exporter's quota holds its context; the importer adds only its own.
+    check(truth["memory_used_peak"] <= quota + OVERHEAD,
+          f"device peaked at {truth['memory_used_peak']} > quota {quota} + a context")
+
+
 CASES = {
     "alloc_probe_4gi": case_alloc_probe_4gi,
     "gate_demand": case_gate_demand,
@@ -808,6 +864,7 @@ CASES = {
     "path_pool_destroyed_live": case_path_pool_destroyed_live,
     "path_vmm_mapped_release": case_path_vmm_mapped_release,
     "path_graph_legacy": case_path_graph_legacy,
+    "vmm_share_fd": case_vmm_share_fd,
 }
 
 
@@ -827,6 +884,7 @@ def main(cases=None, options=None, prefix="cushare-shim-"):
         ap.add_argument("--samples-dir", required=True)
         ap.add_argument("--probe", required=True)
         ap.add_argument("--memory-probe")
+        ap.add_argument("--share-probe")
         ap.add_argument("--interposer", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

@@ -23,10 +23,6 @@
 
 namespace cushare::shim::gate {
 
-// Queued work a process may keep ahead of the GPU (estimated GPU time of the
-// launches not known complete). Enough to ride out short CPU stalls; small
-// enough that the work stops close to the lease's end.
-inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
 inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
 inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
 

@@ -25,6 +25,8 @@
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shim/process/fork_reset.hpp"
+#include "shm/clock.hpp"
+#include "shm/futex.hpp"
 #include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
@@ -34,7 +36,7 @@ using gate::GateAction;
 using gate::GateSnapshot;
 using gate::GateStep;
 using gate::kQueueHorizonNs;
-using gate::monotonic_now_ns;
+using shm::monotonic_ns;
 
 // The launch between enter and exit (tracker null: not gated).
 struct ThreadGate {
@@ -127,7 +129,7 @@ std::uint64_t unticked_since(const AllocationState& st, std::uint64_t now) noexc
 // socket, the duty-cycle table) happen only where the decision needs them.
 GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu,
                            const gate::GpuTracker& tr) noexcept {
-  GateSnapshot s{.now = monotonic_now_ns()};
+  GateSnapshot s{.now = monotonic_ns()};
   s.lease_expiry_ns = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_acquire);
   s.heartbeat_ns = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
   if (s.heartbeat_ns == 0) s.unticked_since_ns = unticked_since(st, s.now);
@@ -154,7 +156,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   const shm::GpuLimits& gl = limits.gpus[gpu];
   shm::GpuUsage& gu = st.usage->gpus[gpu];
   gate::GpuTracker& tr = gate::tracker(gpu);
-  const std::uint64_t start = monotonic_now_ns();
+  const std::uint64_t start = monotonic_ns();
   // A thread held here wants the GPU, whatever it waits for: counted in
   // `demand` from the first wait on, so the daemon neither takes an idle
   // lease back from its allocation (queue drained, the thread not woken yet)
@@ -184,7 +186,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         // through.
         const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
         if (snap.now < gl.lease_expiry_ns.load(std::memory_order_acquire)) break;
-        gate::futex_wait(gl.lease_futex, seen, action.ns);
+        shm::futex_wait(gl.lease_futex, seen, action.ns);
         break;
       }
       case GateStep::kGo:
@@ -196,7 +198,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     // Went on under a lease it had to wait for: the first thread to do so
     // after the grant stamps the time (one that began waiting after an
     // earlier stamp is not the first).
-    const std::uint64_t resumed = monotonic_now_ns();
+    const std::uint64_t resumed = monotonic_ns();
     std::uint64_t prev = gu.resumed_ns.load(std::memory_order_relaxed);
     while (prev < start &&
            !gu.resumed_ns.compare_exchange_weak(prev, resumed, std::memory_order_release,
@@ -205,9 +207,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   }
   if (throttled) {
     gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
-    gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);
+    gu.throttled_ns.fetch_add(monotonic_ns() - start, std::memory_order_relaxed);
   }
-  t_gate.now = monotonic_now_ns();
+  t_gate.now = monotonic_ns();
   return CUDA_SUCCESS;
 }
 
@@ -227,7 +229,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     // the allocation can declare the queue drained past it. The gap since
     // the last spell is measured here too (idle time is not charged).
     tr.begin_spell(stream, st.usage->gpus[gpu]);
-    t_gate.now = monotonic_now_ns();
+    t_gate.now = monotonic_ns();
   }
   return CUDA_SUCCESS;
 }

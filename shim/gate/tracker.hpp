@@ -225,10 +225,4 @@ void streams_destroying(CUstream stream) noexcept;
 // the tracker to call after_sync() on (null: none).
 GpuTracker* syncing(CUstream stream, bool whole_context) noexcept;
 
-std::uint64_t monotonic_now_ns() noexcept;
-// Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).
-void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::uint64_t timeout_ns) noexcept;
-void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
-
 }  // namespace cushare::shim::gate

@@ -1,23 +1,15 @@
 #include "node/status_model.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "node/region_reader.hpp"
+#include "shm/clock.hpp"
 #include "shm/limits_seqlock.hpp"
 
 namespace cushare::tools {
 
 namespace {
-
-std::uint64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 std::string bounded_string(const char* chars, std::size_t capacity) {
   return std::string(chars, strnlen(chars, capacity));
@@ -43,7 +35,7 @@ bool heartbeat_fresh(std::uint64_t beat_ns, std::uint64_t now_ns) {
 }
 
 Now read_clocks() {
-  return Now{clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_REALTIME)};
+  return Now{shm::monotonic_ns(), shm::realtime_ns()};
 }
 
 std::string_view run_dir_kind_name(RunDirKind kind) {

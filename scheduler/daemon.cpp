@@ -1,32 +1,24 @@
 #include "scheduler/daemon.hpp"
 
-#include <linux/futex.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <climits>
 #include <csignal>
 #include <cstring>
 #include <set>
 
 #include "scheduler/host_pids.hpp"
 #include "scheduler/pod_identity_file.hpp"
+#include "shm/clock.hpp"
+#include "shm/futex.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
 #include "shm/quota_ledger.hpp"
 
 namespace cushare::sched {
 namespace {
-
-void futex_wake_all(std::atomic<std::uint32_t>& word) {
-  // Shared (not FUTEX_PRIVATE): the waiters are shims in other processes that
-  // map the same file read-only.
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
-          0);
-}
 
 TenantPolicy policy_of(const shm::GpuLimitsSnapshot& s) {
   return {.weight = std::max<std::uint32_t>(s.weight, 1),
@@ -43,13 +35,6 @@ bool same_policy(const TenantPolicy& a, const TenantPolicy& b) {
 }
 
 }  // namespace
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), registry_(config_.run_dir) {}
 
@@ -233,7 +218,7 @@ void Daemon::publish_lease(const std::string& uuid, const LeaseDecision& d) {
       g->lease_holder.store(0, std::memory_order_relaxed);
       g->lease_expiry_ns.store(0, std::memory_order_release);
       g->lease_futex.fetch_add(1, std::memory_order_release);
-      futex_wake_all(g->lease_futex);
+      shm::futex_wake_all(g->lease_futex);
     }
   }
   if (d.holder && d.changed) {
@@ -241,7 +226,7 @@ void Daemon::publish_lease(const std::string& uuid, const LeaseDecision& d) {
       g->lease_holder.store(1, std::memory_order_relaxed);
       g->lease_expiry_ns.store(d.expiry_ns, std::memory_order_release);
       g->lease_futex.fetch_add(1, std::memory_order_release);
-      futex_wake_all(g->lease_futex);
+      shm::futex_wake_all(g->lease_futex);
     }
   }
   (void)uuid;
@@ -644,21 +629,21 @@ void Daemon::run(const std::atomic<bool>& stop) {
   spdlog::info("cushared: run dir {}, quantum {} ms", config_.run_dir.string(),
                config_.scheduler.quantum_ns / 1e6);
   while (!stop.load(std::memory_order_relaxed)) {
-    const std::uint64_t now = monotonic_ns();
+    const std::uint64_t now = shm::monotonic_ns();
     tick(now);
     // Sleep until the schedulers need us or the next poll of the demand
     // words; wake early when allocations appear (inotify). Never spin.
     const std::uint64_t interval =
         any_active_ ? config_.poll_interval_ns : config_.idle_poll_interval_ns;
     const std::uint64_t wake = std::min(next_step_ns_, now + interval);
-    const std::uint64_t after = monotonic_ns();
+    const std::uint64_t after = shm::monotonic_ns();
     const std::uint64_t wait_ns = wake > after ? wake - after : 0;
     timespec ts{.tv_sec = static_cast<time_t>(wait_ns / 1'000'000'000),
                 .tv_nsec = static_cast<long>(wait_ns % 1'000'000'000)};
     pollfd pfd{.fd = registry_.notify_fd(), .events = POLLIN, .revents = 0};
     ppoll(&pfd, pfd.fd >= 0 ? 1 : 0, &ts, nullptr);
   }
-  publish_figures(monotonic_ns());
+  publish_figures(shm::monotonic_ns());
 }
 
 }  // namespace cushare::sched

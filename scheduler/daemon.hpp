@@ -136,6 +136,4 @@ class Daemon {
   DaemonMetrics metrics_;
 };
 
-std::uint64_t monotonic_ns();
-
 }  // namespace cushare::sched

@@ -15,6 +15,7 @@
 #include "scheduler/metrics.hpp"
 #include "scheduler/metrics_server.hpp"
 #include "scheduler/run_dir_lock.hpp"
+#include "shm/clock.hpp"
 #include "shm/mapping_guard.hpp"
 #include "shm/run_dir_layout.hpp"
 
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
     // least every idle poll interval) and no shutdown has begun.
     auto healthy = [&daemon] {
       const std::uint64_t last = daemon->last_tick_ns();
-      const std::uint64_t now = monotonic_ns();
+      const std::uint64_t now = cushare::shm::monotonic_ns();
       return !g_stop.load() && (last == 0 || now < last || now - last < kHealthyTickAgeNs);
     };
     auto metrics = [&daemon] { return render_prometheus(daemon->metrics()); };

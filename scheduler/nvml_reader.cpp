@@ -3,41 +3,24 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <vector>
 
+#include "shm/clock.hpp"
+
 namespace cushare::sched {
 namespace {
-// nvmlProcessInfo_t (v2/v3 layout, NVML's stable ABI; the build machines
-// have no nvml.h).
-struct ProcessInfo {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId;
-  unsigned int computeInstanceId;
-};
-// nvmlProcessUtilizationSample_t.
-struct UtilizationSample {
-  unsigned int pid;
-  unsigned long long timeStamp;  // CPU time, microseconds
-  unsigned int smUtil;
-  unsigned int memUtil;
-  unsigned int encUtil;
-  unsigned int decUtil;
-};
-constexpr int kSuccess = 0;
-constexpr int kNotFound = 6;
-constexpr int kInsufficientSize = 7;
-constexpr unsigned kUuidBuffer = 96;
+
+using nvml::Device;
+using nvml::kErrorInsufficientSize;
+using nvml::kErrorNotFound;
+using nvml::kSuccess;
+using nvml::symbol;
 
 unsigned long long wall_us() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<unsigned long long>(ts.tv_sec) * 1'000'000ull +
-         static_cast<unsigned long long>(ts.tv_nsec) / 1000;
+  return shm::realtime_ns() / 1000;
 }
+
 }  // namespace
 
 NvmlReader::NvmlReader() {
@@ -46,22 +29,21 @@ NvmlReader::NvmlReader() {
     spdlog::info("NVML not available ({}); context overhead stays the shims' estimate", dlerror());
     return;
   }
-  auto init = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlInit_v2"));
-  get_handle_by_uuid_ =
-      reinterpret_cast<decltype(get_handle_by_uuid_)>(dlsym(lib_, "nvmlDeviceGetHandleByUUID"));
-  get_processes_ = reinterpret_cast<decltype(get_processes_)>(
-      dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  const auto init = symbol<nvml::InitFn>(lib_, "nvmlInit_v2");
+  get_handle_by_uuid_ = symbol<nvml::DeviceGetHandleByUuidFn>(lib_, "nvmlDeviceGetHandleByUUID");
+  get_processes_ =
+      symbol<nvml::DeviceGetProcessesFn>(lib_, "nvmlDeviceGetComputeRunningProcesses_v3");
   if (!get_processes_) {
-    get_processes_ = reinterpret_cast<decltype(get_processes_)>(
-        dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v2"));
+    get_processes_ =
+        symbol<nvml::DeviceGetProcessesFn>(lib_, "nvmlDeviceGetComputeRunningProcesses_v2");
   }
-  shutdown_ = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown"));
-  get_count_ = reinterpret_cast<decltype(get_count_)>(dlsym(lib_, "nvmlDeviceGetCount_v2"));
-  get_handle_by_index_ = reinterpret_cast<decltype(get_handle_by_index_)>(
-      dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
-  get_uuid_ = reinterpret_cast<decltype(get_uuid_)>(dlsym(lib_, "nvmlDeviceGetUUID"));
-  get_process_utilization_ = reinterpret_cast<decltype(get_process_utilization_)>(
-      dlsym(lib_, "nvmlDeviceGetProcessUtilization"));
+  shutdown_ = symbol<nvml::ShutdownFn>(lib_, "nvmlShutdown");
+  get_count_ = symbol<nvml::DeviceGetCountFn>(lib_, "nvmlDeviceGetCount_v2");
+  get_handle_by_index_ =
+      symbol<nvml::DeviceGetHandleByIndexFn>(lib_, "nvmlDeviceGetHandleByIndex_v2");
+  get_uuid_ = symbol<nvml::DeviceGetStringFn>(lib_, "nvmlDeviceGetUUID");
+  get_process_utilization_ =
+      symbol<nvml::DeviceGetProcessUtilizationFn>(lib_, "nvmlDeviceGetProcessUtilization");
   if (!init || !get_handle_by_uuid_ || !get_processes_) {
     spdlog::warn("NVML lacks the functions the daemon needs; no overhead reconciliation");
     return;
@@ -81,11 +63,11 @@ std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_memory
   if (!init_ok_) return std::nullopt;
   Device dev = nullptr;
   if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
-  std::vector<ProcessInfo> infos(64);
+  std::vector<nvml::ProcessInfo> infos(64);
   for (int attempt = 0; attempt < 4; ++attempt) {
     unsigned int count = static_cast<unsigned int>(infos.size());
     const int rc = get_processes_(dev, &count, infos.data());
-    if (rc == kInsufficientSize) {
+    if (rc == kErrorInsufficientSize) {
       infos.resize(std::max<std::size_t>(count + 16, infos.size() * 2));
       continue;
     }
@@ -106,7 +88,7 @@ std::vector<std::string> NvmlReader::gpu_uuids() {
   if (get_count_(&count) != kSuccess) return out;
   for (unsigned int i = 0; i < count; ++i) {
     Device dev = nullptr;
-    char uuid[kUuidBuffer] = {};
+    char uuid[nvml::kDeviceUuidBufferSize] = {};
     if (get_handle_by_index_(i, &dev) != kSuccess || get_uuid_(dev, uuid, sizeof uuid) != kSuccess)
       continue;
     out.emplace_back(uuid);
@@ -124,17 +106,17 @@ std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_busy(
     last_seen_us_[uuid] = wall_us();
     return std::map<std::uint32_t, std::uint64_t>{};
   }
-  std::vector<UtilizationSample> samples(64);
+  std::vector<nvml::ProcessUtilizationSample> samples(64);
   unsigned int count = 0;
-  int rc = kInsufficientSize;
-  for (int attempt = 0; attempt < 4 && rc == kInsufficientSize; ++attempt) {
+  int rc = kErrorInsufficientSize;
+  for (int attempt = 0; attempt < 4 && rc == kErrorInsufficientSize; ++attempt) {
     count = static_cast<unsigned int>(samples.size());
     rc = get_process_utilization_(dev, samples.data(), &count, seen->second);
-    if (rc == kInsufficientSize)
+    if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
   std::map<std::uint32_t, std::uint64_t> out;
-  if (rc == kNotFound) {  // nothing ran since the last call
+  if (rc == kErrorNotFound) {  // nothing ran since the last call
     seen->second = wall_us();
     return out;
   }

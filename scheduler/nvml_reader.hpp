@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shm/nvml_api.hpp"
+
 namespace cushare::sched {
 
 class NvmlReader {
@@ -35,14 +37,13 @@ class NvmlReader {
  private:
   void* lib_ = nullptr;
   bool init_ok_ = false;
-  using Device = struct nvmlDevice_st*;
-  int (*get_handle_by_uuid_)(const char*, Device*) = nullptr;
-  int (*get_processes_)(Device, unsigned int*, void*) = nullptr;
-  int (*get_count_)(unsigned int*) = nullptr;
-  int (*get_handle_by_index_)(unsigned int, Device*) = nullptr;
-  int (*get_uuid_)(Device, char*, unsigned int) = nullptr;
-  int (*get_process_utilization_)(Device, void*, unsigned int*, unsigned long long) = nullptr;
-  int (*shutdown_)() = nullptr;
+  nvml::DeviceGetHandleByUuidFn get_handle_by_uuid_ = nullptr;
+  nvml::DeviceGetProcessesFn get_processes_ = nullptr;  // _v3, else _v2
+  nvml::DeviceGetCountFn get_count_ = nullptr;
+  nvml::DeviceGetHandleByIndexFn get_handle_by_index_ = nullptr;
+  nvml::DeviceGetStringFn get_uuid_ = nullptr;
+  nvml::DeviceGetProcessUtilizationFn get_process_utilization_ = nullptr;
+  nvml::ShutdownFn shutdown_ = nullptr;
   std::map<std::string, unsigned long long> last_seen_us_;  // per GPU UUID
 };
 

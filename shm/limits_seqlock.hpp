@@ -12,13 +12,13 @@
 #pragma once
 
 #include <sched.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
+#include "shm/clock.hpp"
 #include "shm/layout.hpp"
 
 namespace cushare::shm {
@@ -54,13 +54,6 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
-}
-
-inline std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // Waits one step on an odd generation; false once `limit_ns` has passed

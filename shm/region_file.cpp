@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "shm/clock.hpp"
 #include "shm/mapping_guard.hpp"
 
 // Mapped with mmap(2) on the descriptor that was checked: Boost.Interprocess's
@@ -25,13 +25,6 @@ namespace {
 template <class Region>
 constexpr RegionKind kind_of() {
   return std::is_same_v<Region, LimitsRegion> ? RegionKind::kLimits : RegionKind::kUsage;
-}
-
-std::uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 [[noreturn]] void throw_errno(RegionErrorCode code, const std::string& path,

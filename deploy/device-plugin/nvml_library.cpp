@@ -13,11 +13,11 @@ namespace {
 
 template <typename Fn>
 Fn Resolve(void* handle, const char* name, bool required) {
-  void* sym = dlsym(handle, name);
-  if (sym == nullptr && required) {
+  const Fn fn = nvml::symbol<Fn>(handle, name);
+  if (fn == nullptr && required) {
     throw NvmlError(fmt::format("NVML library lacks {}", name));
   }
-  return reinterpret_cast<Fn>(sym);
+  return fn;
 }
 
 }  // namespace
@@ -81,10 +81,10 @@ Inventory NvmlLibrary::Discover(const std::string& sysfs_root) const {
     check(device_get_handle_by_index(i, &dev), "nvmlDeviceGetHandleByIndex_v2", i);
     GpuInfo g;
     g.index = static_cast<int>(i);
-    char buf[nvml::kUuidBufferSize] = {};
+    char buf[nvml::kDeviceUuidBufferSize] = {};
     check(device_get_uuid(dev, buf, sizeof buf), "nvmlDeviceGetUUID", i);
     g.uuid = buf;
-    char name[nvml::kNameBufferSize] = {};
+    char name[nvml::kDeviceNameBufferSize] = {};
     check(device_get_name(dev, name, sizeof name), "nvmlDeviceGetName", i);
     g.name = name;
     nvml::Memory mem{};

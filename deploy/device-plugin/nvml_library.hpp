@@ -8,7 +8,7 @@
 #include <string>
 
 #include "deploy/device-plugin/gpu_inventory.hpp"
-#include "deploy/device-plugin/nvml_subset.hpp"
+#include "shm/nvml_api.hpp"
 
 namespace cushare::plugin {
 

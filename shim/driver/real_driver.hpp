@@ -12,9 +12,13 @@
 #include <type_traits>
 
 #include "shim/driver/cuda_api.hpp"
-#include "shim/driver/nvml_types.hpp"
+#include "shm/nvml_api.hpp"
 
 namespace cushare::shim {
+
+// The node-wide NVML declarations, reached as nvml:: by the hooks (which live
+// outside the namespace, under a using-directive).
+namespace nvml = ::cushare::nvml;
 
 // Whether the shim can run on a driver without the function; the third column
 // of every list below.
@@ -161,33 +165,20 @@ enum class Need : bool { kOptional, kRequired };
   X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040, kRequired)
 
 // NVML functions the shim hooks, then those it only calls.
-namespace nvml_pfn {
-using GetMemoryInfo = nvml::Return (*)(nvml::Device, nvml::Memory*);
-using GetMemoryInfoV2 = nvml::Return (*)(nvml::Device, nvml::MemoryV2*);
-using GetProcessesV1 = nvml::Return (*)(nvml::Device, unsigned int*, nvml::ProcessInfoV1*);
-using GetProcesses = nvml::Return (*)(nvml::Device, unsigned int*, nvml::ProcessInfo*);
-using Init = nvml::Return (*)();
-using Shutdown = nvml::Return (*)();
-using GetUuid = nvml::Return (*)(nvml::Device, char*, unsigned int);
-using GetHandleByUuid = nvml::Return (*)(const char*, nvml::Device*);
-using GetCount = nvml::Return (*)(unsigned int*);
-using GetHandleByIndex = nvml::Return (*)(unsigned int, nvml::Device*);
-}  // namespace nvml_pfn
+#define CUSHARE_HOOKED_NVML_FUNCTIONS(X)                                                       \
+  X(nvmlDeviceGetMemoryInfo, ::cushare::nvml::DeviceGetMemoryInfoFn, kRequired)                \
+  X(nvmlDeviceGetMemoryInfo_v2, ::cushare::nvml::DeviceGetMemoryInfoV2Fn, kOptional)           \
+  X(nvmlDeviceGetComputeRunningProcesses, ::cushare::nvml::DeviceGetProcessesV1Fn, kOptional)  \
+  X(nvmlDeviceGetComputeRunningProcesses_v2, ::cushare::nvml::DeviceGetProcessesFn, kOptional) \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, ::cushare::nvml::DeviceGetProcessesFn, kOptional)
 
-#define CUSHARE_HOOKED_NVML_FUNCTIONS(X)                                                         \
-  X(nvmlDeviceGetMemoryInfo, ::cushare::shim::nvml_pfn::GetMemoryInfo, kRequired)                \
-  X(nvmlDeviceGetMemoryInfo_v2, ::cushare::shim::nvml_pfn::GetMemoryInfoV2, kOptional)           \
-  X(nvmlDeviceGetComputeRunningProcesses, ::cushare::shim::nvml_pfn::GetProcessesV1, kOptional)  \
-  X(nvmlDeviceGetComputeRunningProcesses_v2, ::cushare::shim::nvml_pfn::GetProcesses, kOptional) \
-  X(nvmlDeviceGetComputeRunningProcesses_v3, ::cushare::shim::nvml_pfn::GetProcesses, kOptional)
-
-#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                                           \
-  X(nvmlInit_v2, ::cushare::shim::nvml_pfn::Init, kRequired)                          \
-  X(nvmlShutdown, ::cushare::shim::nvml_pfn::Shutdown, kRequired)                     \
-  X(nvmlDeviceGetUUID, ::cushare::shim::nvml_pfn::GetUuid, kRequired)                 \
-  X(nvmlDeviceGetHandleByUUID, ::cushare::shim::nvml_pfn::GetHandleByUuid, kRequired) \
-  X(nvmlDeviceGetCount_v2, ::cushare::shim::nvml_pfn::GetCount, kRequired)            \
-  X(nvmlDeviceGetHandleByIndex_v2, ::cushare::shim::nvml_pfn::GetHandleByIndex, kRequired)
+#define CUSHARE_REAL_ONLY_NVML_FUNCTIONS(X)                                         \
+  X(nvmlInit_v2, ::cushare::nvml::InitFn, kRequired)                                \
+  X(nvmlShutdown, ::cushare::nvml::ShutdownFn, kRequired)                           \
+  X(nvmlDeviceGetUUID, ::cushare::nvml::DeviceGetStringFn, kRequired)               \
+  X(nvmlDeviceGetHandleByUUID, ::cushare::nvml::DeviceGetHandleByUuidFn, kRequired) \
+  X(nvmlDeviceGetCount_v2, ::cushare::nvml::DeviceGetCountFn, kRequired)            \
+  X(nvmlDeviceGetHandleByIndex_v2, ::cushare::nvml::DeviceGetHandleByIndexFn, kRequired)
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

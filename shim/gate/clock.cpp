@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "shim/gate/tracker.hpp"
+#include "shm/clock.hpp"
 
 namespace cushare::shim::gate {
 
@@ -56,9 +56,9 @@ std::uint64_t detail::reanchor_now_ns() noexcept {
     // A paired reading: the counter between two clock reads close together
     // (retried when the thread was preempted in between).
     for (int attempt = 0; attempt < 3; ++attempt) {
-      const std::uint64_t before = monotonic_now_ns();
+      const std::uint64_t before = shm::monotonic_ns();
       const std::uint64_t ticks = __rdtsc();
-      const std::uint64_t after = monotonic_now_ns();
+      const std::uint64_t after = shm::monotonic_ns();
       if (after - before > tsc::kMaxPairSkewNs) continue;
       const std::uint64_t ns = before + (after - before) / 2;
       t_clock_anchor = g_calibration.anchor(ticks, ns);
@@ -67,7 +67,7 @@ std::uint64_t detail::reanchor_now_ns() noexcept {
   }
 #endif
   t_clock_anchor = {};
-  return monotonic_now_ns();
+  return shm::monotonic_ns();
 }
 
 bool gate_clock_uses_tsc() noexcept {

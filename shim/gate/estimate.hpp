@@ -8,6 +8,10 @@
 
 namespace cushare::shim::gate {
 
+// Queued work a process may keep ahead of the GPU (estimated GPU time of the
+// launches not known complete). Enough to ride out short CPU stalls; small
+// enough that the work stops close to the lease's end.
+inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
 // Before the first measured batch: at most this many launches in flight.
 inline constexpr std::uint64_t kBootstrapPending = 2;
 // Slow start: the launches in flight may double with every completed batch

@@ -3,10 +3,10 @@
 // Fast path, taken while this allocation holds the lease of the GPU and its
 // queued work is short: a few relaxed atomic loads and one clock read (the
 // time-stamp counter, see gate/clock.hpp), no lock, no syscall. Otherwise the slow path
-// waits: for the queued work to drain a little (so that no process stacks up work that would run
-// far past its lease), or for a lease (publishing demand and sleeping on the shared lease futex of
-// the limits region), or, without a live daemon, for the next window of the local duty cycle of a
-// capped allocation.
+// reads a snapshot, asks gate_decision.hpp what to do and does it: wait for the queued work to
+// drain a little (so that no process stacks up work that would run far past its lease), or for a
+// lease (publishing demand and sleeping on the shared lease futex of the limits region), or,
+// without a live daemon, for the next window of the local duty cycle of a capped allocation.
 #include "shim/gate/launch_gate.hpp"
 
 #include <sys/stat.h>
@@ -20,26 +20,23 @@
 
 #include "shim/gate/clock.hpp"
 #include "shim/gate/demand.hpp"
-#include "shim/gate/duty_cycle_plan.hpp"
 #include "shim/gate/duty_cycle_table.hpp"
+#include "shim/gate/gate_decision.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shim/process/fork_reset.hpp"
-#include "shm/daemon_timing.hpp"
+#include "shm/clock.hpp"
+#include "shm/futex.hpp"
 #include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
 namespace {
 
-using gate::monotonic_now_ns;
-
+using gate::GateAction;
+using gate::GateSnapshot;
+using gate::GateStep;
 using gate::kQueueHorizonNs;
-using shm::kDaemonHeartbeatStaleNs;
-using shm::kFirstHeartbeatWaitNs;
-// How long a waiter sleeps on the lease futex before it looks at the
-// heartbeat again.
-constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
-constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
+using shm::monotonic_ns;
 
 // The launch between enter and exit (tracker null: not gated).
 struct ThreadGate {
@@ -59,44 +56,25 @@ unsigned gpu_of_launch(const AllocationState& st) noexcept {
   return current_gpu_index(st);
 }
 
-// Whether a launch may go now while holding a lease that expires at `expiry`.
+// Whether a launch may go now while holding a lease that expires at `expiry`
+// (the estimate is read only when asked: it is on the fast path).
 [[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
                                                 const gate::GpuTracker& tr) noexcept {
-  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
-  if (queued == 0) return true;  // nothing in flight: one launch always may go
-  // Work launched now starts after what is queued: keep it inside the lease.
-  return queued <= kQueueHorizonNs && now + queued < expiry;
+  return gate::queue_allows(now, expiry, tr.queued_estimate_ns(now, kQueueHorizonNs),
+                            kQueueHorizonNs);
 }
 
-// How much of the queue must run before queue_allows() can say yes.
-std::uint64_t excess(std::uint64_t now, std::uint64_t expiry, const gate::GpuTracker& tr) noexcept {
-  const std::uint64_t queued = tr.queued_estimate_ns(now, kQueueHorizonNs);
-  std::uint64_t need = queued > kQueueHorizonNs ? queued - kQueueHorizonNs : 0;
-  if (now + queued >= expiry) need = std::max(need, now + queued - expiry + 1);
-  return need;
-}
-
-// Local duty cycle without a daemon: a capped allocation may submit during
-// its window of limit% of every period. Allocations of one node run dir lay
-// their windows end to end (duty_cycle_table.hpp); all processes of an
-// allocation share the phase, since it derives from CLOCK_MONOTONIC.
-// Returns 0 when allowed now, else the time to sleep. Without a daemon nobody
-// charges work that runs past the window, so a launch whose expected GPU
-// time is `launch_ns` goes only while half of that is left of the window:
-// the last launch of a window then runs past its end about as often and as
-// long as the window's tail stays unused (kernels of 50 us - 20 ms at random:
-// 34.9 % for a cap of 30 with a fixed 1 ms lead, 25.5 % with the whole
-// launch as the lead).
-std::uint64_t duty_cycle_wait(const AllocationState& st, unsigned gpu, std::uint64_t now,
-                              std::uint64_t launch_ns) noexcept {
+// The allocation's limits as the local duty cycle sees them. The window's
+// offset comes from the node's table (I/O), refreshed at most every
+// kDutyRefreshNs per GPU; all processes of an allocation share the phase,
+// since it derives from CLOCK_MONOTONIC.
+gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu,
+                                    std::uint64_t now) noexcept {
   const auto& g = st.limits->gpus[gpu];
   if (static_cast<shm::ComputeMode>(g.mode.load(std::memory_order_relaxed)) !=
       shm::ComputeMode::kCapped) {
-    return 0;  // burst: runs free when nobody arbitrates
+    return {};
   }
-  std::uint64_t quantum = st.limits->quantum_ns.load(std::memory_order_relaxed);
-  if (quantum == 0) quantum = kDefaultQuantumNs;
-  const std::uint64_t period = 10 * quantum;
   const std::uint32_t pct = std::clamp<std::uint32_t>(g.compute_limit_pct.load(), 1, 100);
   static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> refreshed{};
   static std::array<std::atomic<std::uint32_t>, shm::kMaxGpus> offsets{};
@@ -105,8 +83,10 @@ std::uint64_t duty_cycle_wait(const AllocationState& st, unsigned gpu, std::uint
     const std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
     offsets[gpu].store(duty_offset_for(st.run_dir, uuid, pct, now), std::memory_order_relaxed);
   }
-  return duty_wait_ns(now, period, offsets[gpu].load(std::memory_order_relaxed), pct,
-                      std::max(launch_ns / 2, kQueueHorizonNs / 2));
+  return {.capped = true,
+          .quantum_ns = st.limits->quantum_ns.load(std::memory_order_relaxed),
+          .limit_pct = pct,
+          .offset_pct = offsets[gpu].load(std::memory_order_relaxed)};
 }
 
 // Whether the node run dir this allocation lives in (RUN/alloc/<id>) holds a
@@ -130,26 +110,33 @@ bool node_has_daemon_socket(const AllocationState& st) noexcept {
   return v == 1;
 }
 
-// A limits region never ticked (heartbeat 0) may just be new: the shim made
-// it and the daemon has not discovered it yet (inotify, then its next tick).
-// Where a daemon serves the node, wait for it like for a lease instead of
-// running unarbitrated, for at most kFirstHeartbeatWaitNs from the first
-// time this process saw it so.
-bool daemon_expected(const AllocationState& st, std::uint64_t now) noexcept {
+// When this process first found the limits region unticked (heartbeat 0)
+// in a node run dir served by a daemon; 0 when no daemon serves it. A new
+// region may just not be discovered yet, and the wait for its first
+// heartbeat is counted from here (gate_decision.hpp).
+std::uint64_t unticked_since(const AllocationState& st, std::uint64_t now) noexcept {
   static std::atomic<std::uint64_t> first_seen{0};
-  if (!node_has_daemon_socket(st)) return false;
+  if (!node_has_daemon_socket(st)) return 0;
   std::uint64_t since = first_seen.load(std::memory_order_relaxed);
   if (since == 0) {
     first_seen.compare_exchange_strong(since, now, std::memory_order_relaxed);
     since = first_seen.load(std::memory_order_relaxed);
   }
-  return now < since + kFirstHeartbeatWaitNs;
+  return since;
 }
 
-bool daemon_alive(const AllocationState& st, std::uint64_t now) noexcept {
-  const std::uint64_t hb = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
-  if (hb == 0) return daemon_expected(st, now);
-  return now < hb + kDaemonHeartbeatStaleNs;
+// Reads what decide_gate() looks at. The run-dir lookups (the daemon's
+// socket, the duty-cycle table) happen only where the decision needs them.
+GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu,
+                           const gate::GpuTracker& tr) noexcept {
+  GateSnapshot s{.now = monotonic_ns()};
+  s.lease_expiry_ns = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_acquire);
+  s.heartbeat_ns = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
+  if (s.heartbeat_ns == 0) s.unticked_since_ns = unticked_since(st, s.now);
+  s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
+  s.per_launch_ns = tr.per_launch_ns();
+  if (!gate::daemon_arbitrates(s)) s.duty = duty_cycle_view(st, gpu, s.now);
+  return s;
 }
 
 void sleep_ns(std::uint64_t ns) noexcept {
@@ -169,7 +156,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   const shm::GpuLimits& gl = limits.gpus[gpu];
   shm::GpuUsage& gu = st.usage->gpus[gpu];
   gate::GpuTracker& tr = gate::tracker(gpu);
-  const std::uint64_t start = monotonic_now_ns();
+  const std::uint64_t start = monotonic_ns();
   // A thread held here wants the GPU, whatever it waits for: counted in
   // `demand` from the first wait on, so the daemon neither takes an idle
   // lease back from its allocation (queue drained, the thread not woken yet)
@@ -179,46 +166,39 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   bool asked = false;  // waited for a lease
   bool throttled = false;
   for (;;) {
-    const std::uint64_t now = monotonic_now_ns();
-    std::uint64_t expiry = gl.lease_expiry_ns.load(std::memory_order_acquire);
-    if (!daemon_alive(st, now)) {
-      // No arbitration: limits stay in force locally (capped), burst runs.
-      const std::uint64_t wait = duty_cycle_wait(st, gpu, now, tr.per_launch_ns());
-      if (wait == 0) {
-        expiry = now + kQueueHorizonNs * 4;  // pace the queue as under a lease
-        if (queue_allows(now, expiry, tr)) break;
-        demand.count();
-        tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
-        continue;
+    const GateSnapshot snap = read_snapshot(st, gpu, tr);
+    const GateAction action = gate::decide_gate(snap);
+    if (action.step == GateStep::kGo) break;
+    demand.count();
+    switch (action.step) {
+      case GateStep::kWaitForProgress:
+        tr.wait_for_progress(stream, action.ns, gu);
+        break;
+      case GateStep::kSleep:
+        throttled = true;
+        sleep_ns(action.ns);
+        break;
+      case GateStep::kWaitForLease: {
+        asked = true;
+        throttled = true;
+        // The word first, then the expiry again: a grant between the
+        // snapshot and the wait changes the word, so it is never slept
+        // through.
+        const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
+        if (snap.now < gl.lease_expiry_ns.load(std::memory_order_acquire)) break;
+        shm::futex_wait(gl.lease_futex, seen, action.ns);
+        break;
       }
-      throttled = true;
-      demand.count();
-      sleep_ns(std::min(wait, kLeaseWaitSliceNs));
-      continue;
+      case GateStep::kGo:
+        break;
     }
-    if (now < expiry) {
-      if (queue_allows(now, expiry, tr)) break;
-      // Holding the lease, but enough is queued: let some of it finish.
-      demand.count();
-      tr.wait_for_progress(stream, excess(now, expiry, tr), gu);
-      continue;
-    }
-    // No lease: ask for one and sleep until the daemon grants or revokes.
-    const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
-    if (!asked) {
-      asked = true;
-      throttled = true;
-      demand.count();
-    }
-    if (now < gl.lease_expiry_ns.load(std::memory_order_acquire)) continue;  // granted meanwhile
-    gate::futex_wait(gl.lease_futex, seen, kLeaseWaitSliceNs);
   }
   demand.release();
   if (asked) {
     // Went on under a lease it had to wait for: the first thread to do so
     // after the grant stamps the time (one that began waiting after an
     // earlier stamp is not the first).
-    const std::uint64_t resumed = monotonic_now_ns();
+    const std::uint64_t resumed = monotonic_ns();
     std::uint64_t prev = gu.resumed_ns.load(std::memory_order_relaxed);
     while (prev < start &&
            !gu.resumed_ns.compare_exchange_weak(prev, resumed, std::memory_order_release,
@@ -227,9 +207,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   }
   if (throttled) {
     gu.throttled_launches.fetch_add(1, std::memory_order_relaxed);
-    gu.throttled_ns.fetch_add(monotonic_now_ns() - start, std::memory_order_relaxed);
+    gu.throttled_ns.fetch_add(monotonic_ns() - start, std::memory_order_relaxed);
   }
-  t_gate.now = monotonic_now_ns();
+  t_gate.now = monotonic_ns();
   return CUDA_SUCCESS;
 }
 
@@ -249,7 +229,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     // the allocation can declare the queue drained past it. The gap since
     // the last spell is measured here too (idle time is not charged).
     tr.begin_spell(stream, st.usage->gpus[gpu]);
-    t_gate.now = gate::monotonic_now_ns();
+    t_gate.now = monotonic_ns();
   }
   return CUDA_SUCCESS;
 }

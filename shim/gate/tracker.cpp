@@ -1,41 +1,17 @@
 #include "shim/gate/tracker.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <array>
-#include <climits>
 
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/allocation_state.hpp"
+#include "shm/clock.hpp"
+#include "shm/futex.hpp"
 #include "shm/process_slots.hpp"
 
 namespace cushare::shim::gate {
-
-std::uint64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no syscall
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::uint64_t timeout_ns) noexcept {
-  timespec ts{.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000),
-              .tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000)};
-  // Not FUTEX_PRIVATE: the word may live in a file shared with other
-  // processes (the limits region, mapped read-only here).
-  syscall(SYS_futex, const_cast<std::uint32_t*>(reinterpret_cast<const std::uint32_t*>(&word)),
-          FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
-          0);
-}
 
 std::atomic<detail::Trackers*> detail::g_trackers{nullptr};
 
@@ -99,7 +75,7 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
   if (!has_tail() || tail_stream_.load(std::memory_order_relaxed) != stream) return;
   if (stream_is_capturing(stream)) return;
   const AllocationState* st = allocation_state();
-  record_locked(stream, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+  record_locked(stream, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
 }
 
 void GpuTracker::before_sync(CUstream stream, bool whole_context) noexcept {
@@ -114,7 +90,7 @@ void GpuTracker::before_sync(CUstream stream, bool whole_context) noexcept {
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
   if (!ctx_ || current != ctx_ || stream_is_capturing(tail)) return;
   const AllocationState* st = allocation_state();
-  record_locked(tail, monotonic_now_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+  record_locked(tail, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
 }
 
 void GpuTracker::after_sync() noexcept {
@@ -130,7 +106,7 @@ bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   while (!batches_.empty()) {
     CUevent ev = batches_.front().event;
     if (real().cuEventQuery(ev) != CUDA_SUCCESS) break;
-    complete_front_locked(ev, monotonic_now_ns(), usage);
+    complete_front_locked(ev, shm::monotonic_ns(), usage);
     any = true;
   }
   return any;
@@ -165,7 +141,7 @@ void GpuTracker::begin_tail(std::uint64_t now) noexcept {
     // Idle -> busy: the poller must look after this tail (one wake per
     // transition, not per launch).
     wake_word_.fetch_add(1, std::memory_order_release);
-    futex_wake(wake_word_);
+    shm::futex_wake_all(wake_word_);
   }
 }
 
@@ -179,7 +155,7 @@ void GpuTracker::end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
   ensure_poller(usage);
   if (poller_idle_.load(std::memory_order_acquire)) {
     wake_word_.fetch_add(1, std::memory_order_release);
-    futex_wake(wake_word_);
+    shm::futex_wake_all(wake_word_);
   }
 }
 
@@ -261,7 +237,7 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   // A lease is charged from its first launch (resumed_ns): a gap that began
   // before it (waiting for the lease, or before the lease) was not charged,
   // so only its part after that instant is idle time of this lease.
-  const std::uint64_t now = monotonic_now_ns();
+  const std::uint64_t now = shm::monotonic_ns();
   const std::uint64_t resumed = usage.resumed_ns.load(std::memory_order_acquire);
   gap_ = {.from = from, .to = to, .clip_ns = now > resumed ? now - resumed : 0};
 }
@@ -396,7 +372,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   // still too long and sleeps for its whole timeout with nothing left to
   // complete (the GPU idles, and the daemon takes the lease back as idle).
   progress_word_.fetch_add(1, std::memory_order_release);
-  if (progress_waiters_.load(std::memory_order_acquire) > 0) futex_wake(progress_word_);
+  if (progress_waiters_.load(std::memory_order_acquire) > 0) shm::futex_wake_all(progress_word_);
   // This process's marks: everything it submitted up to the batch's last
   // launch has completed; if nothing else is pending, everything up to now
   // (the daemon reads them for the allocation only while no other process
@@ -420,7 +396,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     {
       std::lock_guard lock(mu_);
       if (has_tail() && !stream_is_capturing(stream)) {
-        record_locked(stream, monotonic_now_ns(), &usage);
+        record_locked(stream, shm::monotonic_ns(), &usage);
       }
     }
     ensure_poller(usage);
@@ -433,7 +409,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
-    futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
+    shm::futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
     progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);
     return;
   }
@@ -441,7 +417,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
   {
     std::lock_guard lock(mu_);
     if (batches_.empty() && !stream_is_capturing(stream)) {
-      record_locked(stream, monotonic_now_ns(), &usage);
+      record_locked(stream, shm::monotonic_ns(), &usage);
     }
     if (!batches_.empty()) ev = batches_.front().event;
   }
@@ -455,7 +431,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
   const CUresult rc = real().cuEventSynchronize(ev);
   std::lock_guard lock(mu_);
   if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
-    complete_front_locked(ev, monotonic_now_ns(), usage);
+    complete_front_locked(ev, shm::monotonic_ns(), usage);
   }
 }
 
@@ -477,13 +453,13 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
     if (ev) {
       const CUresult rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
       std::lock_guard lock(mu_);
-      complete_front_locked(ev, monotonic_now_ns(), *usage);
+      complete_front_locked(ev, shm::monotonic_ns(), *usage);
       (void)rc;
       continue;
     }
     // No recorded batch: a tail of launches may still be unrecorded (the
     // application stopped launching). Record it once it is a batch old.
-    const std::uint64_t now = monotonic_now_ns();
+    const std::uint64_t now = shm::monotonic_ns();
     if (has_tail()) {
       const std::uint64_t due = tail_last_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs;
       if (now >= due) {
@@ -519,7 +495,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         std::lock_guard lock(mu_);
         empty = batches_.empty();
       }
-      if (empty) futex_wait(wake_word_, seen, 50'000'000);
+      if (empty) shm::futex_wait(wake_word_, seen, 50'000'000);
     }
     poller_idle_.store(false, std::memory_order_release);
   }

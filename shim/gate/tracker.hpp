@@ -23,10 +23,6 @@
 
 namespace cushare::shim::gate {
 
-// Queued work a process may keep ahead of the GPU (estimated GPU time of the
-// launches not known complete). Enough to ride out short CPU stalls; small
-// enough that the work stops close to the lease's end.
-inline constexpr std::uint64_t kQueueHorizonNs = 2'000'000;
 inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
 inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
 
@@ -228,11 +224,5 @@ void streams_destroying(CUstream stream) noexcept;
 // cuStreamSynchronize(stream), for the GPU of the current context. Returns
 // the tracker to call after_sync() on (null: none).
 GpuTracker* syncing(CUstream stream, bool whole_context) noexcept;
-
-std::uint64_t monotonic_now_ns() noexcept;
-// Shared FUTEX_WAIT with a relative timeout (works on read-only mappings).
-void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::uint64_t timeout_ns) noexcept;
-void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
 
 }  // namespace cushare::shim::gate

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +21,7 @@
 #include "shim/process/fork_reset.hpp"
 #include "shim/process/logging.hpp"
 #include "shim/process/shim_env.hpp"
+#include "shm/clock.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
 #include "shm/quota_spec.hpp"
@@ -55,12 +55,6 @@ Holder& holder() {
 std::mutex& init_mutex() {
   static auto* m = new std::mutex;
   return *m;
-}
-
-std::uint64_t monotonic_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
 }
 
 CUresult fail_closed(const std::string& why) {
@@ -136,7 +130,7 @@ std::optional<unsigned> claim_own_slot(shm::UsageRegion& usage, std::string& err
     log().info("reclaimed {} slot(s) of dead processes ({} bytes)", reclaimed.slots,
                reclaimed.bytes);
   }
-  auto slot = shm::claim_slot_reclaiming(usage, *self, monotonic_ns(), checker);
+  auto slot = shm::claim_slot_reclaiming(usage, *self, shm::monotonic_ns(), checker);
   if (!slot) error = "all process slots of the usage region are taken";
   return slot;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "scheduler/daemon.hpp"
+#include "shm/clock.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/process_slots.hpp"
 #include "shm/quota_ledger.hpp"
@@ -64,7 +65,7 @@ TEST_F(DaemonTick, GrantsTheLeaseToAWaitingTenantAndKeepsTheHeartbeat) {
   ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
   a.usage.mutable_region().gpus[0].demand.store(1);
 
-  std::uint64_t now = monotonic_ns();
+  std::uint64_t now = shm::monotonic_ns();
   daemon.tick(now);
   daemon.tick(now + kMs);
   const auto& g = a.limits.region().gpus[0];
@@ -98,7 +99,7 @@ TEST_F(DaemonTick, TwoTenantsAlternateAndARemovedOneLosesTheLease) {
     ASSERT_TRUE(shm::claim_slot(x->usage.mutable_region(), *self, 1).has_value());
     x->usage.mutable_region().gpus[0].demand.store(1);
   }
-  std::uint64_t now = monotonic_ns();
+  std::uint64_t now = shm::monotonic_ns();
   daemon.tick(now);
   const auto holder = [&] {
     return std::make_pair(a.limits.region().gpus[0].lease_holder.load(),
@@ -139,7 +140,7 @@ TEST_F(DaemonTick, ReclaimsTheSlotAndBytesOfADeadProcess) {
   waitpid(child, &status, 0);
   ASSERT_EQ(WEXITSTATUS(status), 0);
   ASSERT_EQ(a.usage.region().gpus[0].used_bytes.load(), 4096u);
-  daemon.tick(monotonic_ns());
+  daemon.tick(shm::monotonic_ns());
   EXPECT_EQ(a.usage.region().gpus[0].used_bytes.load(), 0u) << "bytes of the dead process returned";
   for (const auto& s : a.usage.region().slots) EXPECT_EQ(shm::slot_state(s), shm::SlotState::kFree);
 }
@@ -156,7 +157,7 @@ TEST_F(DaemonTick, ForgedDemandWithoutALiveProcessGetsNoLease) {
   auto slot = shm::claim_slot(usage, forged, 1);
   ASSERT_TRUE(slot.has_value());
   usage.slots[*slot].host_pid.store(static_cast<std::uint32_t>(getpid()));
-  std::uint64_t now = monotonic_ns();
+  std::uint64_t now = shm::monotonic_ns();
   for (int i = 0; i < 50; ++i) daemon.tick(now += 5 * kMs);
   EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u);
   EXPECT_EQ(usage.slots[*slot].host_pid.load(), 0u) << "the forged host PID is not kept";
@@ -174,7 +175,7 @@ TEST_F(DaemonTick, AZeroedLedgerIsRepairedFromTheLiveSlots) {
   ASSERT_TRUE(slot.has_value());
   ASSERT_TRUE(shm::QuotaLedger(usage).try_reserve(0, usage.slots[*slot], 3ull << 30, 4ull << 30));
   usage.gpus[0].used_bytes.store(0);  // the tenant zeroes its ledger
-  std::uint64_t now = monotonic_ns();
+  std::uint64_t now = shm::monotonic_ns();
   for (int i = 0; i < 10; ++i) daemon.tick(now += 150 * kMs);  // a few housekeeping passes
   EXPECT_EQ(usage.gpus[0].used_bytes.load(), 3ull << 30);
   // Released afterwards, it comes back to zero instead of wrapping.
@@ -192,7 +193,7 @@ TEST_F(DaemonTick, AResizedOrReplacedUsageFileNeitherCrashesNorFreesTheAllocatio
   auto self = shm::self_identity();
   ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
   a.usage.mutable_region().gpus[0].demand.store(1);
-  std::uint64_t now = monotonic_ns();
+  std::uint64_t now = shm::monotonic_ns();
   daemon.tick(now);
   daemon.tick(now += kMs);
   ASSERT_EQ(a.limits.region().gpus[0].lease_holder.load(), 1u);

@@ -4,13 +4,12 @@
 // that the cusharectl runs of a test see the daemon as up however loaded the
 // machine (a heartbeat newer than the reader's clock is fresh: the daemon
 // ticks concurrently; a stale one is older than shm::kDaemonHeartbeatStaleNs).
-#include <time.h>
-
 #include <cstring>
 #include <iostream>
 
 #include "node/run_dir.hpp"
 #include "scenario.hpp"
+#include "shm/clock.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -20,10 +19,7 @@ int main(int argc, char** argv) {
   const bool heartbeat = !(argc > 2 && std::strcmp(argv[2], "--no-daemon-heartbeat") == 0);
   cushare::tools::testing::write_scenario_node(argv[1], heartbeat);
   if (argc > 2 && std::strcmp(argv[2], "--live-heartbeat") == 0) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const std::uint64_t now =
-        static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec + 60'000'000'000ull;
+    const std::uint64_t now = cushare::shm::monotonic_ns() + 60'000'000'000ull;
     for (const auto& id : cushare::tools::list_allocation_ids(argv[1])) {
       try {
         cushare::tools::LimitsFile f = cushare::tools::open_limits(

@@ -1,0 +1,122 @@
+// What the launch gate's slow path does next (docs/scheduler.md, "Launch
+// gate"), pure: the slow path reads a GateSnapshot of the shared words and of
+// its tracker, asks decide_gate(), and carries the answer out. No clock reads
+// and no I/O here, so every branch is unit-tested with made-up times, as the
+// daemon's LeaseScheduler is.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "shim/gate/duty_cycle_plan.hpp"
+#include "shim/gate/estimate.hpp"
+#include "shm/daemon_timing.hpp"
+
+namespace cushare::shim::gate {
+
+// How long a waiter sleeps (on the lease futex, or towards its duty-cycle
+// window) before it looks at the heartbeat again.
+inline constexpr std::uint64_t kLeaseWaitSliceNs = 20'000'000;
+// The daemon's quantum when the limits region names none.
+inline constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
+// Without a daemon the queue is still paced, as if under a lease this many
+// horizons long from now: a burst of launches cannot queue seconds of work.
+inline constexpr std::uint64_t kLocalLeaseHorizons = 4;
+
+// Whether a launch may go now, holding a lease that expires at `expiry`,
+// with `queued_ns` of work (the tracker's estimate) ahead of it.
+[[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
+                                                std::uint64_t queued_ns,
+                                                std::uint64_t horizon_ns) noexcept {
+  if (queued_ns == 0) return true;  // nothing in flight: one launch always may go
+  // Work launched now starts after what is queued: keep it inside the lease.
+  return queued_ns <= horizon_ns && now + queued_ns < expiry;
+}
+
+// How much of the queue must run before queue_allows() can say yes.
+inline std::uint64_t queue_excess(std::uint64_t now, std::uint64_t expiry, std::uint64_t queued_ns,
+                                  std::uint64_t horizon_ns) noexcept {
+  std::uint64_t need = queued_ns > horizon_ns ? queued_ns - horizon_ns : 0;
+  if (now + queued_ns >= expiry) need = std::max(need, now + queued_ns - expiry + 1);
+  return need;
+}
+
+// An allocation's limits on one GPU, as the local duty cycle sees them.
+struct DutyCycleView {
+  bool capped = false;           // burst runs free when nobody arbitrates
+  std::uint64_t quantum_ns = 0;  // 0: kDefaultQuantumNs
+  std::uint32_t limit_pct = 100;
+  std::uint32_t offset_pct = 0;  // where its window opens (duty_cycle_table.hpp)
+};
+
+// Local duty cycle without a daemon: a capped allocation may submit during
+// its window of limit% of every period of ten quanta. Returns 0 when it may
+// now, else the time until its window opens. Nobody charges work that runs
+// past the window, so a launch whose expected GPU time is `per_launch_ns`
+// goes only while half of that is left of the window: the last launch of a
+// window then runs past its end about as often and as long as the window's
+// tail stays unused (kernels of 50 us - 20 ms at random: 34.9 % for a cap of
+// 30 with a fixed 1 ms lead, 25.5 % with the whole launch as the lead).
+inline std::uint64_t duty_cycle_wait_ns(const DutyCycleView& d, std::uint64_t now,
+                                        std::uint64_t per_launch_ns,
+                                        std::uint64_t horizon_ns) noexcept {
+  if (!d.capped) return 0;
+  const std::uint64_t period = 10 * (d.quantum_ns != 0 ? d.quantum_ns : kDefaultQuantumNs);
+  return duty_wait_ns(now, period, d.offset_pct, d.limit_pct,
+                      std::max(per_launch_ns / 2, horizon_ns / 2));
+}
+
+// Everything one decision looks at, read by the slow path in one go.
+struct GateSnapshot {
+  std::uint64_t now = 0;              // CLOCK_MONOTONIC
+  std::uint64_t lease_expiry_ns = 0;  // this allocation may submit while now < it
+  std::uint64_t heartbeat_ns = 0;     // the daemon's last tick; 0: it never ticked this region
+  // Read only while heartbeat_ns is 0: when this process first found the
+  // region unticked in a node run dir that has a daemon's socket (0: no
+  // daemon serves the node).
+  std::uint64_t unticked_since_ns = 0;
+  std::uint64_t queued_ns = 0;  // the tracker's queue estimate at `now`
+  std::uint64_t per_launch_ns = 0;
+  std::uint64_t horizon_ns = kQueueHorizonNs;
+  DutyCycleView duty;  // read only while no daemon arbitrates
+};
+
+// Whether a daemon arbitrates the GPU: its heartbeat is fresh, or it never
+// ticked the region but serves the node and may not have discovered the
+// allocation yet (a new region waits for it, as for a lease, rather than
+// running unarbitrated, for at most kFirstHeartbeatWaitNs).
+inline bool daemon_arbitrates(const GateSnapshot& s) noexcept {
+  if (s.heartbeat_ns == 0)
+    return s.unticked_since_ns != 0 && s.now < s.unticked_since_ns + shm::kFirstHeartbeatWaitNs;
+  return s.now < s.heartbeat_ns + shm::kDaemonHeartbeatStaleNs;
+}
+
+enum class GateStep {
+  kGo,               // the launch may go
+  kWaitForProgress,  // let `ns` of the queued work run first
+  kWaitForLease,     // ask the daemon for the lease; sleep on its futex at most `ns`
+  kSleep,            // the duty-cycle window is closed: sleep `ns`
+};
+
+struct GateAction {
+  GateStep step = GateStep::kGo;
+  std::uint64_t ns = 0;
+  bool operator==(const GateAction&) const = default;
+};
+
+inline GateAction decide_gate(const GateSnapshot& s) noexcept {
+  std::uint64_t expiry = s.lease_expiry_ns;
+  if (!daemon_arbitrates(s)) {
+    // No arbitration: limits stay in force locally (capped), burst runs.
+    const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns);
+    if (wait != 0) return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+    expiry = s.now + kLocalLeaseHorizons * s.horizon_ns;
+  } else if (s.now >= expiry) {
+    return {GateStep::kWaitForLease, kLeaseWaitSliceNs};
+  }
+  // Holding the lease (or a window): enough queued means some of it must finish first.
+  if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, 0};
+  return {GateStep::kWaitForProgress, queue_excess(s.now, expiry, s.queued_ns, s.horizon_ns)};
+}
+
+}  // namespace cushare::shim::gate

@@ -1,0 +1,188 @@
+// The launch gate's decisions (shim/gate/gate_decision.hpp), on an injected
+// clock: every snapshot is made up, no time passes.
+#include "shim/gate/gate_decision.hpp"
+
+#include <gtest/gtest.h>
+
+namespace cushare::shim::gate {
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kNow = 1'000 * kMs;
+constexpr std::uint64_t kHorizon = kQueueHorizonNs;
+
+// A daemon that ticked a moment ago, and a lease held for 5 ms more.
+GateSnapshot holding() {
+  return {.now = kNow, .lease_expiry_ns = kNow + 5 * kMs, .heartbeat_ns = kNow - kMs};
+}
+
+// No daemon ever ticked the region and none serves the node.
+GateSnapshot alone(DutyCycleView duty = {}) {
+  return {.now = kNow, .duty = duty};
+}
+
+constexpr GateAction kGo{GateStep::kGo, 0};
+
+GateAction progress(std::uint64_t ns) {
+  return {GateStep::kWaitForProgress, ns};
+}
+
+TEST(GateDecision, HoldingTheLeaseWithNothingQueuedGoes) {
+  EXPECT_EQ(decide_gate(holding()), kGo);
+}
+
+TEST(GateDecision, NothingQueuedGoesEvenAtTheLeasesLastNanosecond) {
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + 1;
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, AQueueWithinTheHorizonAndTheLeaseGoes) {
+  GateSnapshot s = holding();
+  s.queued_ns = kHorizon;
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, AQueuePastTheHorizonWaitsForItsExcess) {
+  GateSnapshot s = holding();
+  s.queued_ns = kHorizon + 300'000;
+  EXPECT_EQ(decide_gate(s), progress(300'000));
+}
+
+TEST(GateDecision, AQueueRunningPastTheLeaseWaitsUntilItEndsInside) {
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + kMs;
+  s.queued_ns = 1'500'000;  // within the horizon, but 0.5 ms past the lease
+  EXPECT_EQ(decide_gate(s), progress(500'001));
+}
+
+TEST(GateDecision, TheLargerOfTheTwoExcessesCounts) {
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + 1'800'000;
+  s.queued_ns = kHorizon + 100'000;  // 0.1 ms past the horizon, 0.3 ms past the lease
+  EXPECT_EQ(decide_gate(s), progress(300'001));
+  s.lease_expiry_ns = kNow + 10 * kMs;  // now only the horizon binds
+  EXPECT_EQ(decide_gate(s), progress(100'000));
+}
+
+TEST(GateDecision, WithoutALeaseAsksForOneAndSleepsASliceAtMost) {
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow;  // expired just now
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kWaitForLease, kLeaseWaitSliceNs}));
+  s.lease_expiry_ns = 0;  // never granted
+  EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForLease);
+}
+
+TEST(GateDecision, AStaleHeartbeatMeansNoDaemon) {
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = 0;
+  s.heartbeat_ns = kNow - shm::kDaemonHeartbeatStaleNs + 1;
+  EXPECT_TRUE(daemon_arbitrates(s));
+  EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForLease);
+  s.heartbeat_ns = kNow - shm::kDaemonHeartbeatStaleNs;
+  EXPECT_FALSE(daemon_arbitrates(s));
+  EXPECT_EQ(decide_gate(s), kGo);  // burst: runs free
+}
+
+TEST(GateDecision, AnUntickedRegionWaitsForTheNodesDaemonAWhile) {
+  GateSnapshot s = alone();
+  s.unticked_since_ns = kNow - shm::kFirstHeartbeatWaitNs + 1;
+  EXPECT_TRUE(daemon_arbitrates(s));
+  EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForLease);
+  s.unticked_since_ns = kNow - shm::kFirstHeartbeatWaitNs;  // waited long enough
+  EXPECT_FALSE(daemon_arbitrates(s));
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, AnUntickedRegionWithoutADaemonOnTheNodeRunsAtOnce) {
+  EXPECT_FALSE(daemon_arbitrates(alone()));
+  EXPECT_EQ(decide_gate(alone()), kGo);
+}
+
+TEST(GateDecision, WithoutADaemonTheQueueIsStillPaced) {
+  GateSnapshot s = alone();
+  s.lease_expiry_ns = kNow + 50 * kMs;  // a stale lease counts for nothing
+  s.queued_ns = kHorizon;
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = kHorizon + 1;
+  EXPECT_EQ(decide_gate(s), progress(1));
+  s.lease_expiry_ns = 0;  // nor does a missing one
+  EXPECT_EQ(decide_gate(s), progress(1));
+}
+
+// Capped at 30 %, quantum 10 ms: a window of 30 ms of every 100 ms, opening
+// `offset` % into the period.
+DutyCycleView capped30(std::uint32_t offset = 0) {
+  return {.capped = true, .quantum_ns = 10 * kMs, .limit_pct = 30, .offset_pct = offset};
+}
+
+TEST(GateDecision, ACappedAllocationWithoutADaemonGoesInsideItsWindow) {
+  GateSnapshot s = alone(capped30());
+  s.now = 100 * kMs * 50 + 10 * kMs;  // 10 ms into the period
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = kHorizon + 5;  // paced there too
+  EXPECT_EQ(decide_gate(s), progress(5));
+}
+
+TEST(GateDecision, ACappedAllocationWithoutADaemonSleepsOutsideItsWindow) {
+  GateSnapshot s = alone(capped30());
+  s.now = 100 * kMs * 50 + 95 * kMs;  // 5 ms before the next period
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 5 * kMs}));
+  s.now = 100 * kMs * 50 + 40 * kMs;  // 60 ms to go: one slice, then look again
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+}
+
+TEST(GateDecision, TheLastLaunchOfAWindowNeedsHalfItsTimeLeft) {
+  GateSnapshot s = alone(capped30());
+  s.now = 100 * kMs * 50 + 29 * kMs;  // 1 ms left: half the horizon, no more
+  EXPECT_EQ(decide_gate(s).step, GateStep::kSleep);
+  s.now = 100 * kMs * 50 + 28 * kMs + 1;
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.per_launch_ns = 6 * kMs;  // a long kernel wants 3 ms left
+  EXPECT_EQ(decide_gate(s).step, GateStep::kSleep);
+}
+
+TEST(GateDecision, TheWindowOpensAtItsOffset) {
+  GateSnapshot s = alone(capped30(50));
+  s.now = 100 * kMs * 50 + 10 * kMs;
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+  s.now = 100 * kMs * 50 + 45 * kMs;
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 5 * kMs}));
+  s.now = 100 * kMs * 50 + 60 * kMs;
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, NoQuantumMeansTheDefaultPeriod) {
+  DutyCycleView d = capped30();
+  d.quantum_ns = 0;
+  EXPECT_EQ(duty_cycle_wait_ns(d, 100 * kMs * 50 + 95 * kMs, 0, kHorizon), 5 * kMs);
+  d.quantum_ns = 20 * kMs;  // period 200 ms, window 60 ms
+  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 195 * kMs, 0, kHorizon), 5 * kMs);
+  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 50 * kMs, 0, kHorizon), 0u);
+}
+
+TEST(GateDecision, TheDutyCycleIsIgnoredWhileADaemonArbitrates) {
+  GateSnapshot s = holding();
+  s.duty = capped30();
+  s.now = 100 * kMs * 50 + 95 * kMs;  // outside the window
+  s.lease_expiry_ns = s.now + 5 * kMs;
+  s.heartbeat_ns = s.now - kMs;
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, QueueAllowsAndExcessAgree) {
+  // queue_allows() is what the fast path asks; the excess is zero exactly
+  // when it says yes (with something queued).
+  const std::uint64_t queues[] = {1, kHorizon / 2, kHorizon, kHorizon + 1, 3 * kHorizon};
+  const std::uint64_t lefts[] = {1, kHorizon / 2, kHorizon, kHorizon + 1, 10 * kHorizon};
+  for (const std::uint64_t queued : queues) {
+    for (const std::uint64_t left : lefts) {
+      const bool allows = queue_allows(kNow, kNow + left, queued, kHorizon);
+      EXPECT_EQ(allows, queue_excess(kNow, kNow + left, queued, kHorizon) == 0)
+          << queued << " queued, " << left << " left";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cushare::shim::gate

@@ -1,8 +1,8 @@
-#include "deploy/device-plugin/allocation_plan.hpp"
+#include "plugin/core/allocation_plan.hpp"
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/device_id.hpp"
+#include "plugin/core/device_id.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"
 
 namespace cushare::plugin {

@@ -1,8 +1,8 @@
-#include "deploy/device-plugin/cleanup_policy.hpp"
+#include "plugin/core/cleanup_policy.hpp"
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
+#include "plugin/core/allocation_plan.hpp"
 
 namespace cushare::plugin {
 namespace {

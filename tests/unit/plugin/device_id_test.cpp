@@ -1,4 +1,4 @@
-#include "deploy/device-plugin/device_id.hpp"
+#include "plugin/core/device_id.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_cleaner.hpp"
-#include "deploy/device-plugin/allocation_store.hpp"
-#include "deploy/device-plugin/device_id.hpp"
-#include "deploy/device-plugin/nvml_library.hpp"
-#include "deploy/device-plugin/plugin_service.hpp"
+#include "plugin/core/device_id.hpp"
+#include "plugin/node/allocation_cleaner.hpp"
+#include "plugin/node/allocation_store.hpp"
+#include "plugin/node/nvml_library.hpp"
+#include "plugin/node/plugin_service.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/region_file.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"

@@ -1,4 +1,4 @@
-#include "deploy/device-plugin/plugin_config.hpp"
+#include "plugin/core/plugin_config.hpp"
 
 #include <gtest/gtest.h>
 

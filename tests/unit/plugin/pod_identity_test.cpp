@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
-#include "deploy/device-plugin/pod_identity_sync.hpp"
+#include "plugin/core/allocation_plan.hpp"
+#include "plugin/core/pod_identity_sync.hpp"
 #include "shm/pod_identity.hpp"
 
 namespace cushare::plugin {

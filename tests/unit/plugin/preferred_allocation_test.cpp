@@ -1,10 +1,10 @@
-#include "deploy/device-plugin/preferred_allocation.hpp"
+#include "plugin/core/preferred_allocation.hpp"
 
 #include <map>
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/device_id.hpp"
+#include "plugin/core/device_id.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"
 
 namespace cushare::plugin {

@@ -1,10 +1,10 @@
 // Profiles: which resource each GPU serves, and the configuration each
 // resource is served with.
-#include "deploy/device-plugin/served_profiles.hpp"
+#include "plugin/core/served_profiles.hpp"
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
+#include "plugin/core/allocation_plan.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"
 
 namespace cushare::plugin {

@@ -1,7 +1,7 @@
 // Small GPU inventories shared by the plugin's unit tests.
 #pragma once
 
-#include "deploy/device-plugin/gpu_inventory.hpp"
+#include "plugin/core/gpu_inventory.hpp"
 
 namespace cushare::plugin::testing {
 

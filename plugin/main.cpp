@@ -48,7 +48,7 @@ struct Overrides {
   std::optional<bool> health_checks, ld_so_preload;
   std::optional<std::uint64_t> cleanup_interval, cleanup_min_age, orphan_age, pod_identity_interval;
 
-  void AddTo(CLI::App& app) {
+  void add_to(CLI::App& app) {
     app.add_option("--resource-name", resource_name, "extended resource (cushare.io/vgpu)");
     app.add_option("--units-per-gpu", units_per_gpu, "device IDs advertised per GPU (100)");
     app.add_option("--memory-ratio", memory_ratio, "memory quota = share x card x ratio (1.0)");
@@ -77,12 +77,12 @@ struct Overrides {
     app.add_option("--pod-identity-interval-seconds", pod_identity_interval,
                    "how often pod identities for metrics are read from PodResources (5)");
     // Checked here so the error names the flag; the config file's logLevel
-    // is checked by ValidateConfig.
+    // is checked by validate_config.
     app.add_option("--log-level", log_level, "trace | debug | info | warn | error | critical | off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   }
 
-  void ApplyTo(PluginConfig& c) const {
+  void apply_to(PluginConfig& c) const {
     auto set = [](auto& field, const auto& value) {
       if (value) field = *value;
     };
@@ -90,10 +90,10 @@ struct Overrides {
     set(c.units_per_gpu, units_per_gpu);
     set(c.memory_ratio, memory_ratio);
     set(c.compute_ratio, compute_ratio);
-    if (compute_mode) c.compute_mode = ParseComputeMode(*compute_mode);
-    if (packing) c.packing = ParsePackingPolicy(*packing);
-    if (gpu_spanning) c.gpu_spanning = ParseGpuSpanning(*gpu_spanning);
-    if (device_specs) c.device_specs = ParseDeviceSpecStrategy(*device_specs);
+    if (compute_mode) c.compute_mode = parse_compute_mode(*compute_mode);
+    if (packing) c.packing = parse_packing_policy(*packing);
+    if (gpu_spanning) c.gpu_spanning = parse_gpu_spanning(*gpu_spanning);
+    if (device_specs) c.device_specs = parse_device_spec_strategy(*device_specs);
     set(c.cdi_kind, cdi_kind);
     set(c.ld_so_preload, ld_so_preload);
     set(c.device_plugin_dir, device_plugin_dir);
@@ -117,7 +117,7 @@ struct Overrides {
   }
 };
 
-std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
+std::vector<std::string> present_control_nodes(const PluginConfig& config) {
   std::vector<std::string> nodes;
   for (const char* n :
        {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
@@ -128,15 +128,15 @@ std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
 }
 
 // "resource R with N units per GPU, mode M" for each resource served.
-std::string DescribeResources(const PluginConfig& config) {
+std::string describe_resources(const PluginConfig& config) {
   std::vector<PluginConfig> served;
   if (config.profiles.empty()) served.push_back(config);
-  for (const auto& p : config.profiles) served.push_back(ConfigForProfile(config, p));
+  for (const auto& p : config.profiles) served.push_back(config_for_profile(config, p));
   std::string out;
   for (std::size_t i = 0; i < served.size(); ++i) {
     const PluginConfig& c = served[i];
     out += fmt::format("{}resource {} with {} units per GPU, mode {}", i ? "; " : "",
-                       c.resource_name, c.units_per_gpu, ToString(c.compute_mode));
+                       c.resource_name, c.units_per_gpu, to_string(c.compute_mode));
     if (!config.profiles.empty()) out += fmt::format(" on GPUs {}", config.profiles[i].gpus);
   }
   return out;
@@ -145,19 +145,19 @@ std::string DescribeResources(const PluginConfig& config) {
 // Runs every runner on its own thread until all have returned. The first to
 // return (a shutdown, or a socket it cannot serve) stops the others; the
 // first error is rethrown.
-void RunAll(std::vector<std::unique_ptr<PluginRunner>>& runners) {
+void run_all(std::vector<std::unique_ptr<PluginRunner>>& runners) {
   std::mutex mu;
   std::exception_ptr first_error;
   std::vector<std::thread> threads;
   for (auto& runner : runners) {
     threads.emplace_back([&, r = runner.get()] {
       try {
-        r->Run();
+        r->run();
       } catch (...) {
         std::lock_guard lock(mu);
         if (!first_error) first_error = std::current_exception();
       }
-      for (auto& other : runners) other->RequestShutdown();
+      for (auto& other : runners) other->request_shutdown();
     });
   }
   for (auto& t : threads) t.join();
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   Overrides overrides;
   app.add_option("-c,--config", config_path, "JSON config file (see docs/kubernetes.md)");
   app.add_flag("--check-config", check_config, "validate the configuration, print it and exit");
-  overrides.AddTo(app);
+  overrides.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version: printed, exit 0
@@ -190,17 +190,17 @@ int main(int argc, char** argv) {
 
   PluginConfig config;
   try {
-    if (!config_path.empty()) config = LoadConfigFile(config_path);
-    overrides.ApplyTo(config);
-    ValidateConfig(config);
+    if (!config_path.empty()) config = load_config_file(config_path);
+    overrides.apply_to(config);
+    validate_config(config);
   } catch (const ConfigError& e) {
     fmt::print(stderr, "cushare-device-plugin: bad configuration: {}\n", e.what());
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   if (check_config) {
-    fmt::print("configuration OK: {}, packing {}, GPU spanning {}\n", DescribeResources(config),
-               ToString(config.packing), ToString(config.gpu_spanning));
+    fmt::print("configuration OK: {}, packing {}, GPU spanning {}\n", describe_resources(config),
+               to_string(config.packing), to_string(config.gpu_spanning));
     return 0;
   }
 
@@ -214,19 +214,19 @@ int main(int argc, char** argv) {
   try {
     NvmlLibrary nvml(config.nvml_library);
     Inventory inventory = nvml.Discover(config.sysfs_root);
-    inventory.control_nodes = PresentControlNodes(config);
+    inventory.control_nodes = present_control_nodes(config);
     for (const auto& g : inventory.gpus) {
       spdlog::info("GPU {}: {} {} ({} MiB, PCI {}, NUMA {})", g.index, g.uuid, g.name,
                    g.memory_bytes >> 20, g.pci_bus_id, g.numa_node);
     }
     if (inventory.gpus.empty()) spdlog::warn("no GPU found: advertising no devices");
-    const ProfilePlan plan = PlanProfiles(config, inventory);
+    const ProfilePlan plan = plan_profiles(config, inventory);
     for (const auto& uuid : plan.unassigned_gpus) {
       spdlog::warn("GPU {} is in no profile: not advertised", uuid);
     }
     for (const auto& p : plan.profiles) {
       for (const auto& g : p.inventory.gpus) {
-        if (FormatDeviceId(g.uuid, p.config.units_per_gpu - 1).size() > kMaxDeviceIdLength) {
+        if (format_device_id(g.uuid, p.config.units_per_gpu - 1).size() > kMaxDeviceIdLength) {
           spdlog::error("device IDs of GPU {} exceed the kubelet's {}-character limit", g.uuid,
                         kMaxDeviceIdLength);
         }
@@ -237,11 +237,11 @@ int main(int argc, char** argv) {
     DeviceHealth health;
     AllocationStore store(config.run_dir);
     HealthWatcher health_watcher(nvml, inventory, config, health);
-    if (config.health_checks) health_watcher.Start();
+    if (config.health_checks) health_watcher.start();
     AllocationCleaner cleaner(config, store);
-    cleaner.Start();
+    cleaner.start();
     IdentityPublisher identities(config);
-    identities.Start();
+    identities.start();
     // One registration per resource: each runner serves its own socket and
     // re-registers on its own; the first to end (a shutdown, or an error)
     // ends them all.
@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
       runners.push_back(std::make_unique<PluginRunner>(p.inventory, p.config, health, store));
     }
     auto shutdown_all = [&] {
-      for (auto& r : runners) r->RequestShutdown();
+      for (auto& r : runners) r->request_shutdown();
     };
 
     std::thread signal_thread([&] {
@@ -271,11 +271,11 @@ int main(int argc, char** argv) {
       }
     } joiner{signal_thread};
 
-    RunAll(runners);
-    health.Close();
-    cleaner.Stop();
-    identities.Stop();
-    health_watcher.Stop();
+    run_all(runners);
+    health.close();
+    cleaner.stop();
+    identities.stop();
+    health_watcher.stop();
   } catch (const ConfigError& e) {  // profiles that do not fit this node's GPUs
     fmt::print(stderr, "cushare-device-plugin: bad configuration: {}\n", e.what());
     return 2;

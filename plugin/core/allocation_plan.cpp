@@ -13,12 +13,12 @@
 namespace cushare::plugin {
 namespace {
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
+std::string join_path(const std::string& dir, const std::string& name) {
   if (!dir.empty() && dir.back() == '/') return dir + name;
   return dir + "/" + name;
 }
 
-std::uint64_t MemoryQuota(const GpuInfo& gpu, unsigned units, const PluginConfig& c) {
+std::uint64_t memory_quota(const GpuInfo& gpu, unsigned units, const PluginConfig& c) {
   // long double keeps 80 Gi * 100 exact; floor so a quota never exceeds its share.
   const long double bytes =
       static_cast<long double>(gpu.memory_bytes) * units * c.memory_ratio / c.units_per_gpu;
@@ -26,7 +26,7 @@ std::uint64_t MemoryQuota(const GpuInfo& gpu, unsigned units, const PluginConfig
   return std::min(quota, gpu.memory_bytes);
 }
 
-unsigned ComputePercent(unsigned units, const PluginConfig& c) {
+unsigned compute_percent(unsigned units, const PluginConfig& c) {
   // Floor, as for memory: rounded limits of one GPU's allocations could add
   // up past 100 % (3 x 2 + 1 of 7 units: 29 + 29 + 29 + 14). The epsilon
   // keeps 100 * 10 * 0.9 / 100 at 9, not 8.
@@ -36,7 +36,7 @@ unsigned ComputePercent(unsigned units, const PluginConfig& c) {
 
 }  // namespace
 
-std::string AllocationIdFor(std::span<const std::string> device_ids) {
+std::string allocation_id_for(std::span<const std::string> device_ids) {
   std::vector<std::string> sorted(device_ids.begin(), device_ids.end());
   std::sort(sorted.begin(), sorted.end());
   std::uint64_t h = 14695981039346656037ULL;
@@ -55,16 +55,16 @@ std::string AllocationIdFor(std::span<const std::string> device_ids) {
   return fmt::format("a{:016x}", h);
 }
 
-std::string HostAllocationDir(const PluginConfig& config, const std::string& alloc_id) {
-  return JoinPath(JoinPath(config.run_dir, shm::kAllocDirName), alloc_id);
+std::string host_allocation_dir(const PluginConfig& config, const std::string& alloc_id) {
+  return join_path(join_path(config.run_dir, shm::kAllocDirName), alloc_id);
 }
 
-std::string PreloadHostPath(const PluginConfig& config) {
-  return JoinPath(config.run_dir, "ld.so.preload");
+std::string preload_host_path(const PluginConfig& config) {
+  return join_path(config.run_dir, "ld.so.preload");
 }
 
-AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::string> device_ids,
-                              const PluginConfig& config) {
+AllocationPlan plan_allocation(const Inventory& inventory, std::span<const std::string> device_ids,
+                               const PluginConfig& config) {
   if (device_ids.empty()) throw AllocationError("Allocate request names no device IDs");
 
   // Units per GPU, keyed by inventory position so the plan follows host order.
@@ -76,16 +76,17 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
     }
     DeviceId parsed;
     try {
-      parsed = ParseDeviceId(id);
+      parsed = parse_device_id(id);
     } catch (const DeviceIdError& e) {
       throw AllocationError(e.what());
     }
-    const GpuInfo* gpu = inventory.Find(parsed.gpu_uuid);
+    const GpuInfo* gpu = inventory.find(parsed.gpu_uuid);
     if (gpu == nullptr) {
       throw AllocationError(
           fmt::format("unknown device ID '{}': no GPU '{}' on this node", id, parsed.gpu_uuid));
     }
-    if (parsed.unit >= config.units_per_gpu || FormatDeviceId(parsed.gpu_uuid, parsed.unit) != id) {
+    if (parsed.unit >= config.units_per_gpu ||
+        format_device_id(parsed.gpu_uuid, parsed.unit) != id) {
       throw AllocationError(fmt::format("unknown device ID '{}': units of a GPU are 0..{}", id,
                                         config.units_per_gpu - 1));
     }
@@ -93,14 +94,14 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
   }
   std::map<std::string, unsigned> units_by_uuid;
   for (const auto& [pos, units] : units_by_gpu) units_by_uuid[inventory.gpus[pos].uuid] = units;
-  CheckGpuSpanning(units_by_uuid, config.units_per_gpu, config.gpu_spanning);
+  check_gpu_spanning(units_by_uuid, config.units_per_gpu, config.gpu_spanning);
   if (units_by_gpu.size() > shm::kMaxGpus) {
     throw AllocationError(fmt::format("an allocation may span at most {} GPUs", shm::kMaxGpus));
   }
 
   AllocationPlan plan;
-  plan.alloc_id = AllocationIdFor(device_ids);
-  plan.host_alloc_dir = HostAllocationDir(config, plan.alloc_id);
+  plan.alloc_id = allocation_id_for(device_ids);
+  plan.host_alloc_dir = host_allocation_dir(config, plan.alloc_id);
   for (const auto& [pos, units] : units_by_gpu) {
     const GpuInfo& gpu = inventory.gpus[pos];
     GpuQuota q;
@@ -108,8 +109,8 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
     q.gpu_index = gpu.index;
     q.minor_number = gpu.minor_number;
     q.units = units;
-    q.memory_limit_bytes = MemoryQuota(gpu, units, config);
-    q.compute_limit_pct = ComputePercent(units, config);
+    q.memory_limit_bytes = memory_quota(gpu, units, config);
+    q.compute_limit_pct = compute_percent(units, config);
     q.weight = q.compute_limit_pct;
     q.mode = config.compute_mode;
     plan.gpus.push_back(q);
@@ -122,7 +123,7 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
   auto& env = plan.env;
   env["NVIDIA_VISIBLE_DEVICES"] = uuids;
   env["CUSHARE_RUN_DIR"] = config.container_run_dir;
-  env["CUSHARE_COMPUTE_MODE"] = std::string(ToString(config.compute_mode));
+  env["CUSHARE_COMPUTE_MODE"] = std::string(to_string(config.compute_mode));
   for (const auto& q : plan.gpus) {
     env["CUSHARE_MEMORY_LIMIT_" + q.uuid] = std::to_string(q.memory_limit_bytes);
     env["CUSHARE_COMPUTE_LIMIT_" + q.uuid] = std::to_string(q.compute_limit_pct);
@@ -140,21 +141,21 @@ AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::s
   // read-only on top of it, so a tenant cannot raise its own quota.
   plan.mounts.push_back({config.library_container_path, config.library_host_path, true});
   if (config.ld_so_preload) {
-    plan.preload_host_path = PreloadHostPath(config);
+    plan.preload_host_path = preload_host_path(config);
     plan.preload_content = config.library_container_path + "\n";
     plan.mounts.push_back({"/etc/ld.so.preload", plan.preload_host_path, true});
   }
   plan.mounts.push_back({config.container_run_dir, plan.host_alloc_dir, false});
-  plan.mounts.push_back({JoinPath(config.container_run_dir, shm::kLimitsName),
-                         JoinPath(plan.host_alloc_dir, shm::kLimitsName), true});
+  plan.mounts.push_back({join_path(config.container_run_dir, shm::kLimitsName),
+                         join_path(plan.host_alloc_dir, shm::kLimitsName), true});
 
   if (config.device_specs == DeviceSpecStrategy::kDevNodes) {
     for (const auto& q : plan.gpus) {
       const std::string node = fmt::format("/dev/nvidia{}", q.minor_number);
-      plan.devices.push_back({node, JoinPath(config.dev_root, node.substr(1)), "rw"});
+      plan.devices.push_back({node, join_path(config.dev_root, node.substr(1)), "rw"});
     }
     for (const auto& node : inventory.control_nodes) {
-      plan.devices.push_back({node, JoinPath(config.dev_root, node.substr(1)), "rw"});
+      plan.devices.push_back({node, join_path(config.dev_root, node.substr(1)), "rw"});
     }
   }
   if (!config.cdi_kind.empty()) {

@@ -65,16 +65,16 @@ inline constexpr char kAllocIdAnnotation[] = "cushare.io/alloc-id";
 
 // Stable across processes, restarts and architectures: FNV-1a 64 over the
 // sorted IDs joined with '\n', as "a" + 16 lower-case hex digits.
-std::string AllocationIdFor(std::span<const std::string> device_ids);
+std::string allocation_id_for(std::span<const std::string> device_ids);
 
 // Host folder that holds an allocation's regions.
-std::string HostAllocationDir(const PluginConfig& config, const std::string& alloc_id);
-std::string PreloadHostPath(const PluginConfig& config);
+std::string host_allocation_dir(const PluginConfig& config, const std::string& alloc_id);
+std::string preload_host_path(const PluginConfig& config);
 
 // Throws AllocationError (naming the offending ID) for an empty request, a
 // malformed, duplicated or unknown ID, a unit out of range, or units of
 // several GPUs that config.gpu_spanning does not allow.
-AllocationPlan PlanAllocation(const Inventory& inventory, std::span<const std::string> device_ids,
-                              const PluginConfig& config);
+AllocationPlan plan_allocation(const Inventory& inventory, std::span<const std::string> device_ids,
+                               const PluginConfig& config);
 
 }  // namespace cushare::plugin

@@ -8,10 +8,10 @@
 
 namespace cushare::plugin {
 
-std::vector<std::string> FoldersToRemove(const std::vector<AllocationFolderFacts>& folders,
-                                         const LiveAllocations& live,
-                                         std::chrono::system_clock::time_point now,
-                                         const PluginConfig& config) {
+std::vector<std::string> folders_to_remove(const std::vector<AllocationFolderFacts>& folders,
+                                           const LiveAllocations& live,
+                                           std::chrono::system_clock::time_point now,
+                                           const PluginConfig& config) {
   std::vector<std::string> remove;
   for (const auto& f : folders) {
     if (f.has_live_process) continue;
@@ -30,7 +30,7 @@ std::vector<std::string> FoldersToRemove(const std::vector<AllocationFolderFacts
   return remove;
 }
 
-std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(
+std::optional<std::set<std::string>> live_allocations_from_checkpoint(
     std::string_view checkpoint_json, const std::vector<std::string>& resource_names) {
   using nlohmann::json;
   const json doc = json::parse(checkpoint_json, nullptr, /*allow_exceptions=*/false);
@@ -68,7 +68,7 @@ std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(
     } else if (!d.is_null()) {
       return std::nullopt;
     }
-    if (!ids.empty()) live.insert(AllocationIdFor(ids));
+    if (!ids.empty()) live.insert(allocation_id_for(ids));
   }
   return live;
 }

@@ -40,16 +40,16 @@ struct AllocationFolderFacts {
   bool has_live_process = false;                        // a usage slot is claimed or active
 };
 
-std::vector<std::string> FoldersToRemove(const std::vector<AllocationFolderFacts>& folders,
-                                         const LiveAllocations& live,
-                                         std::chrono::system_clock::time_point now,
-                                         const PluginConfig& config);
+std::vector<std::string> folders_to_remove(const std::vector<AllocationFolderFacts>& folders,
+                                           const LiveAllocations& live,
+                                           std::chrono::system_clock::time_point now,
+                                           const PluginConfig& config);
 
 // Allocation ids of the kubelet checkpoint's entries for the plugin's
 // resources (`resource_names`: one per profile);
 // std::nullopt when the text is not a checkpoint we understand (then the
 // caller falls back to the age rule rather than trusting an empty set).
-std::optional<std::set<std::string>> LiveAllocationsFromCheckpoint(
+std::optional<std::set<std::string>> live_allocations_from_checkpoint(
     std::string_view checkpoint_json, const std::vector<std::string>& resource_names);
 
 }  // namespace cushare::plugin

@@ -6,11 +6,11 @@
 
 namespace cushare::plugin {
 
-std::string FormatDeviceId(std::string_view gpu_uuid, unsigned unit) {
+std::string format_device_id(std::string_view gpu_uuid, unsigned unit) {
   return fmt::format("{}{}{}", gpu_uuid, kIdSeparator, unit);
 }
 
-DeviceId ParseDeviceId(std::string_view id) {
+DeviceId parse_device_id(std::string_view id) {
   const auto sep = id.rfind(kIdSeparator);
   if (sep == std::string_view::npos || sep == 0) {
     throw DeviceIdError(fmt::format("malformed device ID '{}': expected '<GPU-UUID>::<unit>'", id));

@@ -24,9 +24,9 @@ class DeviceIdError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string FormatDeviceId(std::string_view gpu_uuid, unsigned unit);
+std::string format_device_id(std::string_view gpu_uuid, unsigned unit);
 
 // Syntax only: "<non-empty uuid>::<decimal unit>"; throws DeviceIdError.
-DeviceId ParseDeviceId(std::string_view id);
+DeviceId parse_device_id(std::string_view id);
 
 }  // namespace cushare::plugin

@@ -29,7 +29,7 @@ struct Inventory {
   // passed as device specs together with each GPU's own node.
   std::vector<std::string> control_nodes;
 
-  const GpuInfo* Find(std::string_view uuid) const {
+  const GpuInfo* find(std::string_view uuid) const {
     for (const auto& g : gpus) {
       if (g.uuid == uuid) return &g;
     }

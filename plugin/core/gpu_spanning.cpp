@@ -6,8 +6,8 @@
 
 namespace cushare::plugin {
 
-void CheckGpuSpanning(const std::map<std::string, unsigned>& units_by_gpu, unsigned units_per_gpu,
-                      GpuSpanning rule) {
+void check_gpu_spanning(const std::map<std::string, unsigned>& units_by_gpu, unsigned units_per_gpu,
+                        GpuSpanning rule) {
   if (units_by_gpu.size() <= 1 || rule == GpuSpanning::kAny) return;
   unsigned total = 0;
   bool all_whole = true;

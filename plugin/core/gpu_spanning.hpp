@@ -15,7 +15,7 @@ namespace cushare::plugin {
 
 // Units granted per GPU UUID. Throws AllocationError naming the GPUs, the
 // units of each and the config key that allows it.
-void CheckGpuSpanning(const std::map<std::string, unsigned>& units_by_gpu, unsigned units_per_gpu,
-                      GpuSpanning rule);
+void check_gpu_spanning(const std::map<std::string, unsigned>& units_by_gpu, unsigned units_per_gpu,
+                        GpuSpanning rule);
 
 }  // namespace cushare::plugin

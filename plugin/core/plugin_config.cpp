@@ -14,39 +14,39 @@ namespace {
 
 using nlohmann::json;
 
-std::string TypeName(const json& v) {
+std::string type_name(const json& v) {
   return v.type_name();
 }
 
 template <typename T>
-T Get(const json& v, const std::string& key);
+T get(const json& v, const std::string& key);
 
 template <>
-std::string Get<std::string>(const json& v, const std::string& key) {
+std::string get<std::string>(const json& v, const std::string& key) {
   if (!v.is_string()) {
-    throw ConfigError(fmt::format("config key '{}' must be a string, got {}", key, TypeName(v)));
+    throw ConfigError(fmt::format("config key '{}' must be a string, got {}", key, type_name(v)));
   }
   return v.get<std::string>();
 }
 
 template <>
-bool Get<bool>(const json& v, const std::string& key) {
+bool get<bool>(const json& v, const std::string& key) {
   if (!v.is_boolean()) {
     throw ConfigError(
-        fmt::format("config key '{}' must be true or false, got {}", key, TypeName(v)));
+        fmt::format("config key '{}' must be true or false, got {}", key, type_name(v)));
   }
   return v.get<bool>();
 }
 
 template <>
-double Get<double>(const json& v, const std::string& key) {
+double get<double>(const json& v, const std::string& key) {
   if (!v.is_number()) {
-    throw ConfigError(fmt::format("config key '{}' must be a number, got {}", key, TypeName(v)));
+    throw ConfigError(fmt::format("config key '{}' must be a number, got {}", key, type_name(v)));
   }
   return v.get<double>();
 }
 
-std::uint64_t GetUnsigned(const json& v, const std::string& key) {
+std::uint64_t get_unsigned(const json& v, const std::string& key) {
   if (!v.is_number_unsigned()) {
     throw ConfigError(
         fmt::format("config key '{}' must be a non-negative integer, got {}", key, v.dump()));
@@ -55,8 +55,8 @@ std::uint64_t GetUnsigned(const json& v, const std::string& key) {
 }
 
 template <typename Parse>
-auto GetEnum(const json& v, const std::string& key, Parse parse) {
-  const auto text = Get<std::string>(v, key);
+auto get_enum(const json& v, const std::string& key, Parse parse) {
+  const auto text = get<std::string>(v, key);
   try {
     return parse(text);
   } catch (const ConfigError& e) {
@@ -64,40 +64,40 @@ auto GetEnum(const json& v, const std::string& key, Parse parse) {
   }
 }
 
-unsigned GetUnitsPerGpu(const json& v, const std::string& k) {
-  const auto n = GetUnsigned(v, k);
+unsigned get_units_per_gpu(const json& v, const std::string& k) {
+  const auto n = get_unsigned(v, k);
   if (n > 100000) throw ConfigError(fmt::format("config key '{}' is too large: {}", k, n));
   return static_cast<unsigned>(n);
 }
 
 // A GPU selector: its NVML index or its UUID.
-std::string GetGpuSelector(const json& v, const std::string& k) {
+std::string get_gpu_selector(const json& v, const std::string& k) {
   if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
   if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
   throw ConfigError(
       fmt::format("config key '{}' must list GPU indices or UUIDs, got {}", k, v.dump()));
 }
 
-ProfileConfig GetProfile(const json& v, const std::string& at) {
+ProfileConfig get_profile(const json& v, const std::string& at) {
   if (!v.is_object()) {
-    throw ConfigError(fmt::format("config key '{}' must be an object, got {}", at, TypeName(v)));
+    throw ConfigError(fmt::format("config key '{}' must be an object, got {}", at, type_name(v)));
   }
   ProfileConfig p;
   for (const auto& [key, value] : v.items()) {
     const std::string k = at + "." + key;
     if (key == "resourceName") {
-      p.resource_name = Get<std::string>(value, k);
+      p.resource_name = get<std::string>(value, k);
     } else if (key == "gpus") {
       if (!value.is_array()) throw ConfigError(fmt::format("config key '{}' must be a list", k));
-      for (const auto& g : value) p.gpus.push_back(GetGpuSelector(g, k));
+      for (const auto& g : value) p.gpus.push_back(get_gpu_selector(g, k));
     } else if (key == "unitsPerGpu") {
-      p.units_per_gpu = GetUnitsPerGpu(value, k);
+      p.units_per_gpu = get_units_per_gpu(value, k);
     } else if (key == "memoryRatio") {
-      p.memory_ratio = Get<double>(value, k);
+      p.memory_ratio = get<double>(value, k);
     } else if (key == "computeRatio") {
-      p.compute_ratio = Get<double>(value, k);
+      p.compute_ratio = get<double>(value, k);
     } else if (key == "computeMode") {
-      p.compute_mode = GetEnum(value, k, ParseComputeMode);
+      p.compute_mode = get_enum(value, k, parse_compute_mode);
     } else {
       throw ConfigError(fmt::format("unknown config key '{}'", k));
     }
@@ -109,91 +109,92 @@ ProfileConfig GetProfile(const json& v, const std::string& at) {
 
 using Setter = std::function<void(PluginConfig&, const json&, const std::string&)>;
 
-const std::map<std::string, Setter>& Setters() {
+const std::map<std::string, Setter>& config_setters() {
   static const std::map<std::string, Setter> setters = {
-      {"resourceName", [](auto& c, auto& v, auto& k) { c.resource_name = Get<std::string>(v, k); }},
-      {"unitsPerGpu", [](auto& c, auto& v, auto& k) { c.units_per_gpu = GetUnitsPerGpu(v, k); }},
-      {"memoryRatio", [](auto& c, auto& v, auto& k) { c.memory_ratio = Get<double>(v, k); }},
-      {"computeRatio", [](auto& c, auto& v, auto& k) { c.compute_ratio = Get<double>(v, k); }},
+      {"resourceName", [](auto& c, auto& v, auto& k) { c.resource_name = get<std::string>(v, k); }},
+      {"unitsPerGpu", [](auto& c, auto& v, auto& k) { c.units_per_gpu = get_units_per_gpu(v, k); }},
+      {"memoryRatio", [](auto& c, auto& v, auto& k) { c.memory_ratio = get<double>(v, k); }},
+      {"computeRatio", [](auto& c, auto& v, auto& k) { c.compute_ratio = get<double>(v, k); }},
       {"computeMode",
-       [](auto& c, auto& v, auto& k) { c.compute_mode = GetEnum(v, k, ParseComputeMode); }},
-      {"packing", [](auto& c, auto& v, auto& k) { c.packing = GetEnum(v, k, ParsePackingPolicy); }},
+       [](auto& c, auto& v, auto& k) { c.compute_mode = get_enum(v, k, parse_compute_mode); }},
+      {"packing",
+       [](auto& c, auto& v, auto& k) { c.packing = get_enum(v, k, parse_packing_policy); }},
       {"gpuSpanning",
-       [](auto& c, auto& v, auto& k) { c.gpu_spanning = GetEnum(v, k, ParseGpuSpanning); }},
-      {"deviceSpecs",
-       [](auto& c, auto& v, auto& k) { c.device_specs = GetEnum(v, k, ParseDeviceSpecStrategy); }},
-      {"cdiKind", [](auto& c, auto& v, auto& k) { c.cdi_kind = Get<std::string>(v, k); }},
-      {"ldSoPreload", [](auto& c, auto& v, auto& k) { c.ld_so_preload = Get<bool>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.gpu_spanning = get_enum(v, k, parse_gpu_spanning); }},
+      {"deviceSpecs", [](auto& c, auto& v,
+                         auto& k) { c.device_specs = get_enum(v, k, parse_device_spec_strategy); }},
+      {"cdiKind", [](auto& c, auto& v, auto& k) { c.cdi_kind = get<std::string>(v, k); }},
+      {"ldSoPreload", [](auto& c, auto& v, auto& k) { c.ld_so_preload = get<bool>(v, k); }},
       {"devicePluginDir",
-       [](auto& c, auto& v, auto& k) { c.device_plugin_dir = Get<std::string>(v, k); }},
-      {"socketName", [](auto& c, auto& v, auto& k) { c.socket_name = Get<std::string>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.device_plugin_dir = get<std::string>(v, k); }},
+      {"socketName", [](auto& c, auto& v, auto& k) { c.socket_name = get<std::string>(v, k); }},
       {"podResourcesSocket",
-       [](auto& c, auto& v, auto& k) { c.pod_resources_socket = Get<std::string>(v, k); }},
-      {"runDir", [](auto& c, auto& v, auto& k) { c.run_dir = Get<std::string>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.pod_resources_socket = get<std::string>(v, k); }},
+      {"runDir", [](auto& c, auto& v, auto& k) { c.run_dir = get<std::string>(v, k); }},
       {"libraryHostPath",
-       [](auto& c, auto& v, auto& k) { c.library_host_path = Get<std::string>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.library_host_path = get<std::string>(v, k); }},
       {"libraryContainerPath",
-       [](auto& c, auto& v, auto& k) { c.library_container_path = Get<std::string>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.library_container_path = get<std::string>(v, k); }},
       {"containerRunDir",
-       [](auto& c, auto& v, auto& k) { c.container_run_dir = Get<std::string>(v, k); }},
-      {"devRoot", [](auto& c, auto& v, auto& k) { c.dev_root = Get<std::string>(v, k); }},
-      {"sysfsRoot", [](auto& c, auto& v, auto& k) { c.sysfs_root = Get<std::string>(v, k); }},
-      {"nvmlLibrary", [](auto& c, auto& v, auto& k) { c.nvml_library = Get<std::string>(v, k); }},
-      {"healthChecks", [](auto& c, auto& v, auto& k) { c.health_checks = Get<bool>(v, k); }},
+       [](auto& c, auto& v, auto& k) { c.container_run_dir = get<std::string>(v, k); }},
+      {"devRoot", [](auto& c, auto& v, auto& k) { c.dev_root = get<std::string>(v, k); }},
+      {"sysfsRoot", [](auto& c, auto& v, auto& k) { c.sysfs_root = get<std::string>(v, k); }},
+      {"nvmlLibrary", [](auto& c, auto& v, auto& k) { c.nvml_library = get<std::string>(v, k); }},
+      {"healthChecks", [](auto& c, auto& v, auto& k) { c.health_checks = get<bool>(v, k); }},
       {"ignoredXids",
        [](auto& c, auto& v, auto& k) {
          if (!v.is_array()) {
            throw ConfigError(fmt::format("config key '{}' must be a list of integers", k));
          }
          c.ignored_xids.clear();
-         for (const auto& x : v) c.ignored_xids.push_back(GetUnsigned(x, k));
+         for (const auto& x : v) c.ignored_xids.push_back(get_unsigned(x, k));
        }},
       {"cleanupIntervalSeconds",
        [](auto& c, auto& v, auto& k) {
-         c.cleanup_interval = std::chrono::seconds(GetUnsigned(v, k));
+         c.cleanup_interval = std::chrono::seconds(get_unsigned(v, k));
        }},
       {"cleanupMinAgeSeconds",
        [](auto& c, auto& v, auto& k) {
-         c.cleanup_min_age = std::chrono::seconds(GetUnsigned(v, k));
+         c.cleanup_min_age = std::chrono::seconds(get_unsigned(v, k));
        }},
       {"orphanAgeSeconds",
-       [](auto& c, auto& v, auto& k) { c.orphan_age = std::chrono::seconds(GetUnsigned(v, k)); }},
+       [](auto& c, auto& v, auto& k) { c.orphan_age = std::chrono::seconds(get_unsigned(v, k)); }},
       {"podIdentityIntervalSeconds",
        [](auto& c, auto& v, auto& k) {
-         c.pod_identity_interval = std::chrono::seconds(GetUnsigned(v, k));
+         c.pod_identity_interval = std::chrono::seconds(get_unsigned(v, k));
        }},
-      {"logLevel", [](auto& c, auto& v, auto& k) { c.log_level = Get<std::string>(v, k); }},
+      {"logLevel", [](auto& c, auto& v, auto& k) { c.log_level = get<std::string>(v, k); }},
       {"profiles",
        [](auto& c, auto& v, auto& k) {
          if (!v.is_array()) throw ConfigError(fmt::format("config key '{}' must be a list", k));
          c.profiles.clear();
          for (std::size_t i = 0; i < v.size(); ++i)
-           c.profiles.push_back(GetProfile(v[i], fmt::format("{}[{}]", k, i)));
+           c.profiles.push_back(get_profile(v[i], fmt::format("{}[{}]", k, i)));
        }},
   };
   return setters;
 }
 
-bool IsAbsolute(const std::string& p) {
+bool is_absolute(const std::string& p) {
   return !p.empty() && p.front() == '/';
 }
 
 }  // namespace
 
-PackingPolicy ParsePackingPolicy(std::string_view text) {
+PackingPolicy parse_packing_policy(std::string_view text) {
   if (text == "best-fit" || text == "packed") return PackingPolicy::kBestFit;
   if (text == "spread") return PackingPolicy::kSpread;
   throw ConfigError(fmt::format("unknown packing policy '{}' (expected best-fit or spread)", text));
 }
 
-DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text) {
+DeviceSpecStrategy parse_device_spec_strategy(std::string_view text) {
   if (text == "none") return DeviceSpecStrategy::kNone;
   if (text == "dev-nodes") return DeviceSpecStrategy::kDevNodes;
   throw ConfigError(
       fmt::format("unknown device-spec strategy '{}' (expected none or dev-nodes)", text));
 }
 
-GpuSpanning ParseGpuSpanning(std::string_view text) {
+GpuSpanning parse_gpu_spanning(std::string_view text) {
   if (text == "none") return GpuSpanning::kNone;
   if (text == "whole") return GpuSpanning::kWhole;
   if (text == "any") return GpuSpanning::kAny;
@@ -201,19 +202,19 @@ GpuSpanning ParseGpuSpanning(std::string_view text) {
       fmt::format("unknown GPU spanning rule '{}' (expected none, whole or any)", text));
 }
 
-shm::ComputeMode ParseComputeMode(std::string_view text) {
+shm::ComputeMode parse_compute_mode(std::string_view text) {
   if (text == "burst") return shm::ComputeMode::kBurst;
   if (text == "capped") return shm::ComputeMode::kCapped;
   throw ConfigError(fmt::format("unknown compute mode '{}' (expected burst or capped)", text));
 }
 
-std::string_view ToString(PackingPolicy p) {
+std::string_view to_string(PackingPolicy p) {
   return p == PackingPolicy::kSpread ? "spread" : "best-fit";
 }
-std::string_view ToString(DeviceSpecStrategy s) {
+std::string_view to_string(DeviceSpecStrategy s) {
   return s == DeviceSpecStrategy::kDevNodes ? "dev-nodes" : "none";
 }
-std::string_view ToString(GpuSpanning s) {
+std::string_view to_string(GpuSpanning s) {
   switch (s) {
     case GpuSpanning::kNone:
       return "none";
@@ -224,11 +225,11 @@ std::string_view ToString(GpuSpanning s) {
   }
   return "any";
 }
-std::string_view ToString(shm::ComputeMode m) {
+std::string_view to_string(shm::ComputeMode m) {
   return m == shm::ComputeMode::kCapped ? "capped" : "burst";
 }
 
-PluginConfig ParseConfigJson(std::string_view text, PluginConfig base) {
+PluginConfig parse_config_json(std::string_view text, PluginConfig base) {
   json doc;
   try {
     doc = json::parse(text);
@@ -238,7 +239,7 @@ PluginConfig ParseConfigJson(std::string_view text, PluginConfig base) {
   if (!doc.is_object()) {
     throw ConfigError(fmt::format("config must be a JSON object, got {}", doc.type_name()));
   }
-  const auto& setters = Setters();
+  const auto& setters = config_setters();
   for (const auto& [key, value] : doc.items()) {
     const auto it = setters.find(key);
     if (it == setters.end()) {
@@ -249,13 +250,13 @@ PluginConfig ParseConfigJson(std::string_view text, PluginConfig base) {
   return base;
 }
 
-PluginConfig LoadConfigFile(const std::string& path, PluginConfig base) {
+PluginConfig load_config_file(const std::string& path, PluginConfig base) {
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("cannot read config file '{}'", path));
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return ParseConfigJson(text.str(), std::move(base));
+    return parse_config_json(text.str(), std::move(base));
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", path, e.what()));
   }
@@ -264,7 +265,7 @@ PluginConfig LoadConfigFile(const std::string& path, PluginConfig base) {
 namespace {
 
 // The keys a profile may set, checked for one served resource.
-void ValidateResource(const PluginConfig& c, const std::string& where) {
+void validate_resource(const PluginConfig& c, const std::string& where) {
   const auto slash = c.resource_name.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == c.resource_name.size() ||
       c.resource_name.starts_with("kubernetes.io/")) {
@@ -288,7 +289,7 @@ void ValidateResource(const PluginConfig& c, const std::string& where) {
 
 }  // namespace
 
-PluginConfig ConfigForProfile(const PluginConfig& config, const ProfileConfig& profile) {
+PluginConfig config_for_profile(const PluginConfig& config, const ProfileConfig& profile) {
   PluginConfig c = config;
   c.profiles.clear();
   c.resource_name = profile.resource_name;
@@ -299,20 +300,20 @@ PluginConfig ConfigForProfile(const PluginConfig& config, const ProfileConfig& p
   return c;
 }
 
-std::vector<std::string> ResourceNames(const PluginConfig& config) {
+std::vector<std::string> resource_names(const PluginConfig& config) {
   if (config.profiles.empty()) return {config.resource_name};
   std::vector<std::string> names;
   for (const auto& p : config.profiles) names.push_back(p.resource_name);
   return names;
 }
 
-void ValidateConfig(const PluginConfig& c) {
-  ValidateResource(c, "");
+void validate_config(const PluginConfig& c) {
+  validate_resource(c, "");
   std::set<std::string> names, selectors;
   for (std::size_t i = 0; i < c.profiles.size(); ++i) {
     const ProfileConfig& p = c.profiles[i];
     const std::string where = fmt::format("profiles[{}]: ", i);
-    ValidateResource(ConfigForProfile(c, p), where);
+    validate_resource(config_for_profile(c, p), where);
     if (!names.insert(p.resource_name).second) {
       throw ConfigError(
           fmt::format("{}resource {} is served by two profiles", where, p.resource_name));
@@ -334,7 +335,7 @@ void ValidateConfig(const PluginConfig& c) {
       {"sysfsRoot", &c.sysfs_root},
   };
   for (const auto& [key, value] : paths) {
-    if (!IsAbsolute(*value)) {
+    if (!is_absolute(*value)) {
       throw ConfigError(fmt::format("{} must be an absolute path, got '{}'", key, *value));
     }
   }

@@ -90,25 +90,25 @@ class ConfigError : public std::runtime_error {
 
 // Parses a JSON document; unknown keys and wrong types are errors naming the
 // key. Keys that are absent keep the values already in `base`.
-PluginConfig ParseConfigJson(std::string_view text, PluginConfig base = {});
-PluginConfig LoadConfigFile(const std::string& path, PluginConfig base = {});
+PluginConfig parse_config_json(std::string_view text, PluginConfig base = {});
+PluginConfig load_config_file(const std::string& path, PluginConfig base = {});
 
 // Checks ranges and consistency (each profile's too); throws ConfigError.
-void ValidateConfig(const PluginConfig& config);
+void validate_config(const PluginConfig& config);
 
 // The configuration one profile is served with: the top-level keys with the
 // profile's own on top, and no profiles.
-PluginConfig ConfigForProfile(const PluginConfig& config, const ProfileConfig& profile);
+PluginConfig config_for_profile(const PluginConfig& config, const ProfileConfig& profile);
 // Every resource the plugin serves: the profiles', or resourceName alone.
-std::vector<std::string> ResourceNames(const PluginConfig& config);
+std::vector<std::string> resource_names(const PluginConfig& config);
 
-PackingPolicy ParsePackingPolicy(std::string_view text);
-DeviceSpecStrategy ParseDeviceSpecStrategy(std::string_view text);
-GpuSpanning ParseGpuSpanning(std::string_view text);
-shm::ComputeMode ParseComputeMode(std::string_view text);
-std::string_view ToString(PackingPolicy p);
-std::string_view ToString(DeviceSpecStrategy s);
-std::string_view ToString(GpuSpanning s);
-std::string_view ToString(shm::ComputeMode m);
+PackingPolicy parse_packing_policy(std::string_view text);
+DeviceSpecStrategy parse_device_spec_strategy(std::string_view text);
+GpuSpanning parse_gpu_spanning(std::string_view text);
+shm::ComputeMode parse_compute_mode(std::string_view text);
+std::string_view to_string(PackingPolicy p);
+std::string_view to_string(DeviceSpecStrategy s);
+std::string_view to_string(GpuSpanning s);
+std::string_view to_string(shm::ComputeMode m);
 
 }  // namespace cushare::plugin

@@ -4,17 +4,17 @@
 
 namespace cushare::plugin {
 
-std::map<std::string, shm::PodIdentity> IdentitiesByAllocation(
+std::map<std::string, shm::PodIdentity> identities_by_allocation(
     const std::vector<ContainerDevices>& containers) {
   std::map<std::string, shm::PodIdentity> out;
   for (const auto& c : containers) {
-    out[AllocationIdFor(c.device_ids)] = {c.pod, c.pod_namespace, c.container};
+    out[allocation_id_for(c.device_ids)] = {c.pod, c.pod_namespace, c.container};
   }
   return out;
 }
 
-IdentitySync PlanIdentitySync(const std::map<std::string, std::string>& on_disk,
-                              const std::map<std::string, shm::PodIdentity>& wanted) {
+IdentitySync plan_identity_sync(const std::map<std::string, std::string>& on_disk,
+                                const std::map<std::string, shm::PodIdentity>& wanted) {
   IdentitySync sync;
   for (const auto& [name, content] : on_disk) {
     if (!wanted.contains(name)) sync.removals.push_back(name);

@@ -14,7 +14,7 @@ namespace cushare::plugin {
 
 // Allocation id -> identity. A container's allocation id is the hash of its
 // device IDs, as in Allocate.
-std::map<std::string, shm::PodIdentity> IdentitiesByAllocation(
+std::map<std::string, shm::PodIdentity> identities_by_allocation(
     const std::vector<ContainerDevices>& containers);
 
 struct IdentitySync {
@@ -24,7 +24,7 @@ struct IdentitySync {
 
 // `on_disk`: file name -> content of what the folder holds now. Files of
 // allocations the kubelet no longer lists go; new or changed ones are written.
-IdentitySync PlanIdentitySync(const std::map<std::string, std::string>& on_disk,
-                              const std::map<std::string, shm::PodIdentity>& wanted);
+IdentitySync plan_identity_sync(const std::map<std::string, std::string>& on_disk,
+                                const std::map<std::string, shm::PodIdentity>& wanted);
 
 }  // namespace cushare::plugin

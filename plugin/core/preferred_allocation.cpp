@@ -17,11 +17,11 @@ struct Candidate {
 
 }  // namespace
 
-std::vector<std::string> PreferAllocation(const Inventory& inventory,
-                                          std::span<const std::string> available,
-                                          std::span<const std::string> must_include,
-                                          std::size_t size, PackingPolicy policy,
-                                          GpuSpanning spanning, unsigned units_per_gpu) {
+std::vector<std::string> prefer_allocation(const Inventory& inventory,
+                                           std::span<const std::string> available,
+                                           std::span<const std::string> must_include,
+                                           std::size_t size, PackingPolicy policy,
+                                           GpuSpanning spanning, unsigned units_per_gpu) {
   std::vector<std::string> chosen;
   std::set<std::string> taken;
   std::set<std::size_t> must_gpus;
@@ -30,7 +30,7 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
     if (!taken.insert(id).second) continue;
     chosen.push_back(id);
     try {
-      if (const GpuInfo* g = inventory.Find(ParseDeviceId(id).gpu_uuid)) {
+      if (const GpuInfo* g = inventory.find(parse_device_id(id).gpu_uuid)) {
         must_gpus.insert(static_cast<std::size_t>(g - inventory.gpus.data()));
       }
     } catch (const DeviceIdError&) {
@@ -44,11 +44,11 @@ std::vector<std::string> PreferAllocation(const Inventory& inventory,
     if (taken.contains(id)) continue;
     DeviceId parsed;
     try {
-      parsed = ParseDeviceId(id);
+      parsed = parse_device_id(id);
     } catch (const DeviceIdError&) {
       continue;
     }
-    const GpuInfo* g = inventory.Find(parsed.gpu_uuid);
+    const GpuInfo* g = inventory.find(parsed.gpu_uuid);
     if (g == nullptr || parsed.unit >= units_per_gpu) continue;
     const auto pos = static_cast<std::size_t>(g - inventory.gpus.data());
     auto& c = by_gpu[pos];

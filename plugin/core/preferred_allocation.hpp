@@ -24,10 +24,10 @@
 
 namespace cushare::plugin {
 
-std::vector<std::string> PreferAllocation(const Inventory& inventory,
-                                          std::span<const std::string> available,
-                                          std::span<const std::string> must_include,
-                                          std::size_t size, PackingPolicy policy,
-                                          GpuSpanning spanning, unsigned units_per_gpu);
+std::vector<std::string> prefer_allocation(const Inventory& inventory,
+                                           std::span<const std::string> available,
+                                           std::span<const std::string> must_include,
+                                           std::size_t size, PackingPolicy policy,
+                                           GpuSpanning spanning, unsigned units_per_gpu);
 
 }  // namespace cushare::plugin

@@ -7,14 +7,14 @@
 namespace cushare::plugin {
 namespace {
 
-const GpuInfo* Select(const Inventory& inventory, const std::string& selector) {
+const GpuInfo* select_gpu(const Inventory& inventory, const std::string& selector) {
   for (const auto& g : inventory.gpus) {
     if (g.uuid == selector || std::to_string(g.index) == selector) return &g;
   }
   return nullptr;
 }
 
-std::string NthSocketName(const std::string& name, std::size_t n) {
+std::string nth_socket_name(const std::string& name, std::size_t n) {
   if (name.empty() || n == 0) return name;  // empty: a unique name per runner anyway
   const auto dot = name.rfind('.');
   if (dot == std::string::npos || dot == 0) return fmt::format("{}-{}", name, n);
@@ -23,7 +23,7 @@ std::string NthSocketName(const std::string& name, std::size_t n) {
 
 }  // namespace
 
-ProfilePlan PlanProfiles(const PluginConfig& config, const Inventory& inventory) {
+ProfilePlan plan_profiles(const PluginConfig& config, const Inventory& inventory) {
   ProfilePlan plan;
   if (config.profiles.empty()) {
     plan.profiles.push_back({.config = config, .inventory = inventory});
@@ -32,12 +32,12 @@ ProfilePlan PlanProfiles(const PluginConfig& config, const Inventory& inventory)
   std::set<std::string> taken;
   for (std::size_t i = 0; i < config.profiles.size(); ++i) {
     const ProfileConfig& p = config.profiles[i];
-    ServedProfile served{.config = ConfigForProfile(config, p), .inventory = {}};
-    served.config.socket_name = NthSocketName(config.socket_name, i);
+    ServedProfile served{.config = config_for_profile(config, p), .inventory = {}};
+    served.config.socket_name = nth_socket_name(config.socket_name, i);
     served.inventory.control_nodes = inventory.control_nodes;
     std::set<std::string> mine;
     for (const auto& selector : p.gpus) {
-      const GpuInfo* g = Select(inventory, selector);
+      const GpuInfo* g = select_gpu(inventory, selector);
       if (!g) {
         throw ConfigError(fmt::format("profile {} names GPU '{}', which this node does not have",
                                       p.resource_name, selector));

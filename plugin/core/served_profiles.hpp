@@ -27,6 +27,6 @@ struct ProfilePlan {
 // that names no GPU of the node, or a GPU named twice, throws ConfigError.
 // Socket names stay unique: an explicit socketName gets "-<n>" before its
 // extension for the n-th profile after the first.
-ProfilePlan PlanProfiles(const PluginConfig& config, const Inventory& inventory);
+ProfilePlan plan_profiles(const PluginConfig& config, const Inventory& inventory);
 
 }  // namespace cushare::plugin

@@ -21,23 +21,23 @@ namespace {
 
 constexpr char kCheckpointName[] = "kubelet_internal_checkpoint";
 
-std::optional<std::set<std::string>> FromPodResources(const PluginConfig& config) {
-  const auto containers = ListPodResources(config);
+std::optional<std::set<std::string>> from_pod_resources(const PluginConfig& config) {
+  const auto containers = list_pod_resources(config);
   if (!containers) return std::nullopt;
   std::set<std::string> live;
-  for (const auto& c : *containers) live.insert(AllocationIdFor(c.device_ids));
+  for (const auto& c : *containers) live.insert(allocation_id_for(c.device_ids));
   return live;
 }
 
-std::optional<std::set<std::string>> FromCheckpoint(const PluginConfig& config) {
+std::optional<std::set<std::string>> from_checkpoint(const PluginConfig& config) {
   std::ifstream in(fs::path(config.device_plugin_dir) / kCheckpointName);
   if (!in) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
-  return LiveAllocationsFromCheckpoint(text.str(), ResourceNames(config));
+  return live_allocations_from_checkpoint(text.str(), resource_names(config));
 }
 
-Clock::time_point MTime(const fs::path& p) {
+Clock::time_point modified_at(const fs::path& p) {
   struct stat st {};
   if (stat(p.c_str(), &st) != 0) return {};
   return Clock::time_point{} + std::chrono::seconds(st.st_mtim.tv_sec) +
@@ -46,23 +46,23 @@ Clock::time_point MTime(const fs::path& p) {
 
 }  // namespace
 
-LiveAllocations GatherLiveAllocations(const PluginConfig& config) {
-  if (auto live = FromPodResources(config))
+LiveAllocations gather_live_allocations(const PluginConfig& config) {
+  if (auto live = from_pod_resources(config))
     return {LivenessSource::kPodResources, std::move(*live)};
-  if (auto live = FromCheckpoint(config)) return {LivenessSource::kCheckpoint, std::move(*live)};
+  if (auto live = from_checkpoint(config)) return {LivenessSource::kCheckpoint, std::move(*live)};
   return {LivenessSource::kNone, {}};
 }
 
-std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir) {
+std::vector<AllocationFolderFacts> gather_folder_facts(const std::string& run_dir) {
   std::vector<AllocationFolderFacts> facts;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / shm::kAllocDirName, ec)) {
     if (!entry.is_directory()) continue;
     AllocationFolderFacts f;
     f.alloc_id = entry.path().filename().string();
-    f.created = MTime(entry.path());
-    f.last_activity = std::max(
-        {f.created, MTime(entry.path() / shm::kLimitsName), MTime(entry.path() / shm::kUsageName)});
+    f.created = modified_at(entry.path());
+    f.last_activity = std::max({f.created, modified_at(entry.path() / shm::kLimitsName),
+                                modified_at(entry.path() / shm::kUsageName)});
     try {
       auto limits =
           shm::LimitsMapping::open(entry.path() / shm::kLimitsName, shm::Access::kReadOnly);
@@ -92,14 +92,14 @@ std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir)
 AllocationCleaner::AllocationCleaner(const PluginConfig& config, AllocationStore& store)
     : config_(config),
       store_(store),
-      task_("allocation cleanup", config.cleanup_interval, [this] { RunOnce(); }) {}
+      task_("allocation cleanup", config.cleanup_interval, [this] { run_once(); }) {}
 
-std::vector<std::string> AllocationCleaner::RunOnce() {
-  const auto live = GatherLiveAllocations(config_);
-  const auto folders = GatherFolderFacts(config_.run_dir);
+std::vector<std::string> AllocationCleaner::run_once() {
+  const auto live = gather_live_allocations(config_);
+  const auto folders = gather_folder_facts(config_.run_dir);
   std::vector<std::string> removed;
-  for (const auto& id : FoldersToRemove(folders, live, Clock::now(), config_)) {
-    if (store_.RemoveUnlessRecent(id, config_.cleanup_min_age)) {
+  for (const auto& id : folders_to_remove(folders, live, Clock::now(), config_)) {
+    if (store_.remove_unless_recent(id, config_.cleanup_min_age)) {
       spdlog::info("removed allocation folder {} (its pod is gone)", id);
       removed.push_back(id);
     }

@@ -13,19 +13,19 @@
 namespace cushare::plugin {
 
 // Liveness from the best source available now (see cleanup_policy.hpp).
-LiveAllocations GatherLiveAllocations(const PluginConfig& config);
+LiveAllocations gather_live_allocations(const PluginConfig& config);
 
 // Facts about every folder under <run_dir>/alloc.
-std::vector<AllocationFolderFacts> GatherFolderFacts(const std::string& run_dir);
+std::vector<AllocationFolderFacts> gather_folder_facts(const std::string& run_dir);
 
 class AllocationCleaner {
  public:
   AllocationCleaner(const PluginConfig& config, AllocationStore& store);
 
-  void Start() { task_.Start(); }
-  void Stop() { task_.Stop(); }
+  void start() { task_.start(); }
+  void stop() { task_.stop(); }
   // One pass; returns the allocation ids removed.
-  std::vector<std::string> RunOnce();
+  std::vector<std::string> run_once();
 
  private:
   const PluginConfig& config_;

@@ -17,7 +17,7 @@ namespace cushare::plugin {
 namespace fs = std::filesystem;
 namespace {
 
-shm::GpuLimitsSnapshot SnapshotOf(const GpuQuota& q) {
+shm::GpuLimitsSnapshot snapshot_of(const GpuQuota& q) {
   shm::GpuLimitsSnapshot s;
   s.memory_limit_bytes = q.memory_limit_bytes;
   s.compute_limit_pct = q.compute_limit_pct;
@@ -27,7 +27,7 @@ shm::GpuLimitsSnapshot SnapshotOf(const GpuQuota& q) {
 }
 
 // True when the existing region describes the same GPUs in the same order.
-bool SameGpus(const shm::LimitsRegion& region, const AllocationPlan& plan) {
+bool same_gpus(const shm::LimitsRegion& region, const AllocationPlan& plan) {
   if (region.gpu_count.load() != plan.gpus.size()) return false;
   for (std::size_t i = 0; i < plan.gpus.size(); ++i) {
     if (plan.gpus[i].uuid != std::string(region.gpus[i].uuid)) return false;
@@ -37,7 +37,7 @@ bool SameGpus(const shm::LimitsRegion& region, const AllocationPlan& plan) {
 
 }  // namespace
 
-void AllocationStore::Write(const AllocationPlan& plan) {
+void AllocationStore::write(const AllocationPlan& plan) {
   std::lock_guard lock(mu_);
   fs::create_directories(plan.host_alloc_dir);
   // Containers reach the folder through its bind mount only: alloc/ is the
@@ -45,23 +45,23 @@ void AllocationStore::Write(const AllocationPlan& plan) {
   // container's processes (any uid) to open their files by name.
   fs::permissions(fs::path(plan.host_alloc_dir).parent_path(), fs::perms(shm::kAllocRootMode));
   fs::permissions(plan.host_alloc_dir, fs::perms(shm::kAllocFolderMode));
-  WriteLimits(plan);
-  WriteUsage(plan);
-  if (!plan.preload_host_path.empty()) WritePreload(plan);
+  write_limits(plan);
+  write_usage(plan);
+  if (!plan.preload_host_path.empty()) write_preload(plan);
   last_write_[plan.alloc_id] = std::chrono::steady_clock::now();
 }
 
-void AllocationStore::WriteLimits(const AllocationPlan& plan) {
+void AllocationStore::write_limits(const AllocationPlan& plan) {
   const fs::path path = fs::path(plan.host_alloc_dir) / shm::kLimitsName;
   // A folder the tenant could write since (a retried Allocate): whatever is
   // at the path is never followed (RegionMapping opens with O_NOFOLLOW).
   if (fs::exists(fs::symlink_status(path))) {
     try {
       auto mapping = shm::LimitsMapping::open(path, shm::Access::kReadWrite);
-      if (SameGpus(mapping.region(), plan)) {
+      if (same_gpus(mapping.region(), plan)) {
         for (std::size_t i = 0; i < plan.gpus.size(); ++i) {
           shm::update_gpu_limits(mapping.mutable_region(), static_cast<unsigned>(i),
-                                 SnapshotOf(plan.gpus[i]));
+                                 snapshot_of(plan.gpus[i]));
         }
         return;
       }
@@ -79,12 +79,12 @@ void AllocationStore::WriteLimits(const AllocationPlan& plan) {
   shm::LimitsMapping::create(path, opts, [&](shm::LimitsRegion& region) {
     for (std::size_t i = 0; i < plan.gpus.size(); ++i) {
       shm::init_gpu_entry(region, static_cast<unsigned>(i), plan.gpus[i].uuid,
-                          SnapshotOf(plan.gpus[i]));
+                          snapshot_of(plan.gpus[i]));
     }
   });
 }
 
-void AllocationStore::WriteUsage(const AllocationPlan& plan) {
+void AllocationStore::write_usage(const AllocationPlan& plan) {
   const fs::path path = fs::path(plan.host_alloc_dir) / shm::kUsageName;
   shm::RegionCreateOptions opts;
   opts.alloc_id = plan.alloc_id;
@@ -105,7 +105,7 @@ void AllocationStore::WriteUsage(const AllocationPlan& plan) {
   }
 }
 
-void AllocationStore::WritePreload(const AllocationPlan& plan) {
+void AllocationStore::write_preload(const AllocationPlan& plan) {
   {
     std::ifstream in(plan.preload_host_path);
     std::stringstream current;
@@ -123,7 +123,8 @@ void AllocationStore::WritePreload(const AllocationPlan& plan) {
   fs::rename(tmp, plan.preload_host_path);
 }
 
-bool AllocationStore::RemoveUnlessRecent(const std::string& alloc_id, std::chrono::seconds grace) {
+bool AllocationStore::remove_unless_recent(const std::string& alloc_id,
+                                           std::chrono::seconds grace) {
   std::lock_guard lock(mu_);
   if (auto it = last_write_.find(alloc_id); it != last_write_.end()) {
     if (std::chrono::steady_clock::now() - it->second < grace) return false;

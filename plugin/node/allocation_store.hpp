@@ -19,18 +19,18 @@ class AllocationStore {
   explicit AllocationStore(std::string run_dir) : run_dir_(std::move(run_dir)) {}
 
   // Throws std::runtime_error (shm::RegionError or filesystem errors) naming the path.
-  void Write(const AllocationPlan& plan);
+  void write(const AllocationPlan& plan);
 
-  // Removes an allocation folder unless Write touched it within `grace`
-  // (checked under the same lock Write takes, so the two never race).
-  bool RemoveUnlessRecent(const std::string& alloc_id, std::chrono::seconds grace);
+  // Removes an allocation folder unless write() touched it within `grace`
+  // (checked under the same lock write() takes, so the two never race).
+  bool remove_unless_recent(const std::string& alloc_id, std::chrono::seconds grace);
 
   const std::string& run_dir() const { return run_dir_; }
 
  private:
-  void WriteLimits(const AllocationPlan& plan);
-  void WriteUsage(const AllocationPlan& plan);
-  static void WritePreload(const AllocationPlan& plan);
+  void write_limits(const AllocationPlan& plan);
+  void write_usage(const AllocationPlan& plan);
+  static void write_preload(const AllocationPlan& plan);
 
   std::string run_dir_;
   std::mutex mu_;

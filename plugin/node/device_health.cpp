@@ -2,7 +2,7 @@
 
 namespace cushare::plugin {
 
-bool DeviceHealth::MarkUnhealthy(const std::string& gpu_uuid) {
+bool DeviceHealth::mark_unhealthy(const std::string& gpu_uuid) {
   {
     std::lock_guard lock(mu_);
     if (!unhealthy_.insert(gpu_uuid).second) return false;
@@ -12,7 +12,7 @@ bool DeviceHealth::MarkUnhealthy(const std::string& gpu_uuid) {
   return true;
 }
 
-std::set<std::string> DeviceHealth::UnhealthyGpus() const {
+std::set<std::string> DeviceHealth::unhealthy_gpus() const {
   std::lock_guard lock(mu_);
   return unhealthy_;
 }
@@ -22,14 +22,14 @@ std::uint64_t DeviceHealth::version() const {
   return version_;
 }
 
-std::uint64_t DeviceHealth::WaitForChange(std::uint64_t seen,
-                                          std::chrono::milliseconds timeout) const {
+std::uint64_t DeviceHealth::wait_for_change(std::uint64_t seen,
+                                            std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return version_ != seen || closed_; });
   return version_;
 }
 
-void DeviceHealth::Close() {
+void DeviceHealth::close() {
   {
     std::lock_guard lock(mu_);
     closed_ = true;

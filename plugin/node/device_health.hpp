@@ -16,14 +16,14 @@ namespace cushare::plugin {
 class DeviceHealth {
  public:
   // Returns true when this changed the GPU's state.
-  bool MarkUnhealthy(const std::string& gpu_uuid);
-  std::set<std::string> UnhealthyGpus() const;
+  bool mark_unhealthy(const std::string& gpu_uuid);
+  std::set<std::string> unhealthy_gpus() const;
   std::uint64_t version() const;
 
-  // Waits until version() != seen, Close() or timeout; returns the version.
-  std::uint64_t WaitForChange(std::uint64_t seen, std::chrono::milliseconds timeout) const;
+  // Waits until version() != seen, close() or timeout; returns the version.
+  std::uint64_t wait_for_change(std::uint64_t seen, std::chrono::milliseconds timeout) const;
   // Wakes every waiter for good (plugin shutting down or restarting).
-  void Close();
+  void close();
 
  private:
   mutable std::mutex mu_;

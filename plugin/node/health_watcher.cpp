@@ -14,10 +14,10 @@ HealthWatcher::HealthWatcher(const NvmlLibrary& nvml, const Inventory& inventory
     : nvml_(nvml), inventory_(inventory), config_(config), health_(health) {}
 
 HealthWatcher::~HealthWatcher() {
-  Stop();
+  stop();
 }
 
-bool HealthWatcher::Start() {
+bool HealthWatcher::start() {
   if (nvml_.event_set_create == nullptr || nvml_.device_register_events == nullptr ||
       nvml_.event_set_wait == nullptr) {
     spdlog::warn("health checks disabled: the NVML library has no event API");
@@ -41,23 +41,23 @@ bool HealthWatcher::Start() {
     if (r != nvml::kSuccess) {
       spdlog::error("GPU {} ({}): cannot register XID events ({}); marking it Unhealthy", gpu.index,
                     gpu.uuid, nvml_.ErrorString(r));
-      health_.MarkUnhealthy(gpu.uuid);
+      health_.mark_unhealthy(gpu.uuid);
       continue;
     }
     uuid_of_[dev] = gpu.uuid;
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] { run(); });
   return true;
 }
 
-void HealthWatcher::Stop() {
+void HealthWatcher::stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   if (set_ != nullptr && nvml_.event_set_free != nullptr) nvml_.event_set_free(set_);
   set_ = nullptr;
 }
 
-void HealthWatcher::Run() {
+void HealthWatcher::run() {
   while (!stop_) {
     nvml::EventData data{};
     const auto r = nvml_.event_set_wait(set_, &data, kWaitSliceMs);
@@ -68,11 +68,11 @@ void HealthWatcher::Run() {
       continue;
     }
     if ((data.eventType & nvml::kEventTypeXidCriticalError) != 0)
-      HandleXid(data.device, data.eventData);
+      handle_xid(data.device, data.eventData);
   }
 }
 
-void HealthWatcher::HandleXid(nvml::Device device, unsigned long long xid) {
+void HealthWatcher::handle_xid(nvml::Device device, unsigned long long xid) {
   const auto& ignored = config_.ignored_xids;
   const auto it = uuid_of_.find(device);
   const std::string who = it != uuid_of_.end() ? it->second : "an unknown GPU";
@@ -83,10 +83,10 @@ void HealthWatcher::HandleXid(nvml::Device device, unsigned long long xid) {
   if (it == uuid_of_.end()) {
     // NVML could not say which GPU: like NVIDIA's plugin, distrust them all.
     spdlog::error("XID {} on an unknown GPU: marking every GPU Unhealthy", xid);
-    for (const auto& gpu : inventory_.gpus) health_.MarkUnhealthy(gpu.uuid);
+    for (const auto& gpu : inventory_.gpus) health_.mark_unhealthy(gpu.uuid);
     return;
   }
-  if (health_.MarkUnhealthy(it->second)) {
+  if (health_.mark_unhealthy(it->second)) {
     spdlog::error("XID {} on GPU {}: marking all of its IDs Unhealthy", xid, it->second);
   }
 }

@@ -26,12 +26,12 @@ class HealthWatcher {
 
   // Registers the event set and starts the watching thread; false when
   // health checks are unavailable (logged).
-  bool Start();
-  void Stop();
+  bool start();
+  void stop();
 
  private:
-  void Run();
-  void HandleXid(nvml::Device device, unsigned long long xid);
+  void run();
+  void handle_xid(nvml::Device device, unsigned long long xid);
 
   const NvmlLibrary& nvml_;
   const Inventory& inventory_;

@@ -20,7 +20,7 @@ namespace {
 
 // Only the node writes this folder, but a stray link or huge file in it
 // (an operator's mistake) is skipped rather than followed or read whole.
-std::map<std::string, std::string> ReadFolder(const fs::path& dir) {
+std::map<std::string, std::string> read_folder(const fs::path& dir) {
   std::map<std::string, std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -46,7 +46,7 @@ std::map<std::string, std::string> ReadFolder(const fs::path& dir) {
 }
 
 // Written beside the target and renamed over it: the daemon never reads half.
-void WriteFile(const fs::path& dir, const std::string& name, const std::string& content) {
+void write_file(const fs::path& dir, const std::string& name, const std::string& content) {
   const fs::path tmp = dir / ("." + name + ".tmp");
   ::unlink(tmp.c_str());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -64,16 +64,16 @@ void WriteFile(const fs::path& dir, const std::string& name, const std::string& 
 
 }  // namespace
 
-bool IdentityPublisher::RunOnce() {
-  const auto containers = ListPodResources(config_);
+bool IdentityPublisher::run_once() {
+  const auto containers = list_pod_resources(config_);
   if (!containers) return false;
   const fs::path dir = fs::path(config_.run_dir) / shm::kIdentityDirName;
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms(shm::kIdentityDirMode));
-  const auto sync = PlanIdentitySync(ReadFolder(dir), IdentitiesByAllocation(*containers));
+  const auto sync = plan_identity_sync(read_folder(dir), identities_by_allocation(*containers));
   for (const auto& name : sync.removals) fs::remove(dir / name);
   for (const auto& [name, content] : sync.writes) {
-    WriteFile(dir, name, content);
+    write_file(dir, name, content);
     spdlog::debug("pod identity of allocation {}: {}", name, content.substr(0, content.size() - 1));
   }
   return true;

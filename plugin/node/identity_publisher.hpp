@@ -13,12 +13,12 @@ class IdentityPublisher {
  public:
   explicit IdentityPublisher(const PluginConfig& config)
       : config_(config),
-        task_("pod identity update", config.pod_identity_interval, [this] { RunOnce(); }) {}
+        task_("pod identity update", config.pod_identity_interval, [this] { run_once(); }) {}
 
-  void Start() { task_.Start(); }
-  void Stop() { task_.Stop(); }
+  void start() { task_.start(); }
+  void stop() { task_.stop(); }
   // One pass; false when the kubelet could not be asked (nothing changed).
-  bool RunOnce();
+  bool run_once();
 
  private:
   const PluginConfig& config_;

@@ -22,10 +22,10 @@ KubeletWatcher::KubeletWatcher(std::string dir, std::string own_socket_name,
       on_event_(std::move(on_event)) {}
 
 KubeletWatcher::~KubeletWatcher() {
-  Stop();
+  stop();
 }
 
-void KubeletWatcher::Start() {
+void KubeletWatcher::start() {
   fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error(fmt::format("inotify_init1: {}", std::strerror(errno)));
   if (inotify_add_watch(fd_, dir_.c_str(), IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) <
@@ -35,17 +35,17 @@ void KubeletWatcher::Start() {
     fd_ = -1;
     throw std::runtime_error(fmt::format("cannot watch {}: {}", dir_, std::strerror(err)));
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] { run(); });
 }
 
-void KubeletWatcher::Stop() {
+void KubeletWatcher::stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }
 
-void KubeletWatcher::Run() {
+void KubeletWatcher::run() {
   alignas(inotify_event) char buf[4096];
   while (!stop_) {
     pollfd p{fd_, POLLIN, 0};

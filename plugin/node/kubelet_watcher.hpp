@@ -21,11 +21,11 @@ class KubeletWatcher {
   KubeletWatcher(const KubeletWatcher&) = delete;
   KubeletWatcher& operator=(const KubeletWatcher&) = delete;
 
-  void Start();  // throws std::runtime_error when inotify cannot watch the folder
-  void Stop();
+  void start();  // throws std::runtime_error when inotify cannot watch the folder
+  void stop();
 
  private:
-  void Run();
+  void run();
 
   std::string dir_;
   std::string own_socket_name_;

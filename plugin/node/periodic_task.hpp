@@ -17,11 +17,11 @@ class PeriodicTask {
  public:
   PeriodicTask(std::string what, std::chrono::seconds interval, std::function<void()> task)
       : what_(std::move(what)), interval_(interval), task_(std::move(task)) {}
-  ~PeriodicTask() { Stop(); }
+  ~PeriodicTask() { stop(); }
   PeriodicTask(const PeriodicTask&) = delete;
   PeriodicTask& operator=(const PeriodicTask&) = delete;
 
-  void Start() {
+  void start() {
     thread_ = std::thread([this] {
       std::unique_lock lock(mu_);
       while (!stop_) {
@@ -37,7 +37,7 @@ class PeriodicTask {
     });
   }
 
-  void Stop() {
+  void stop() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;

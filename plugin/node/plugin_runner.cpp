@@ -22,7 +22,7 @@ constexpr auto kRegisterRetry = std::chrono::seconds(2);
 constexpr auto kSettle = std::chrono::milliseconds(300);
 constexpr auto kRegisterDeadline = std::chrono::seconds(15);  // the kubelet dials back for 10 s
 
-std::string UniqueSocketName() {
+std::string unique_socket_name() {
   // A fresh name per instance: a late disconnect of an old instance can then
   // never take down the endpoint of this one (kubernetes#121994).
   std::random_device rd;
@@ -37,34 +37,34 @@ PluginRunner::PluginRunner(const Inventory& inventory, const PluginConfig& confi
       config_(config),
       health_(health),
       store_(store),
-      socket_name_(config.socket_name.empty() ? UniqueSocketName() : config.socket_name) {}
+      socket_name_(config.socket_name.empty() ? unique_socket_name() : config.socket_name) {}
 
 PluginRunner::~PluginRunner() {
-  StopServing();
+  stop_serving();
 }
 
 std::string PluginRunner::socket_path() const {
   return (fs::path(config_.device_plugin_dir) / socket_name_).string();
 }
 
-void PluginRunner::Post(Trigger t) {
-  // Notified under the lock: once Run() has seen the trigger, the poster is
+void PluginRunner::post(Trigger t) {
+  // Notified under the lock: once run() has seen the trigger, the poster is
   // done with cv_, so the runner may be destroyed right after.
   std::lock_guard lock(mu_);
   triggers_.push_back(t);
   cv_.notify_all();
 }
 
-void PluginRunner::RequestShutdown() {
-  Post(Trigger::kShutdown);
+void PluginRunner::request_shutdown() {
+  post(Trigger::kShutdown);
 }
 
-void PluginRunner::Serve() {
-  StopServing();
+void PluginRunner::serve() {
+  stop_serving();
   std::error_code ec;
   fs::remove(socket_path(), ec);
   service_ = std::make_unique<PluginService>(inventory_, config_, health_, store_,
-                                             [this] { Post(Trigger::kStreamEnded); });
+                                             [this] { post(Trigger::kStreamEnded); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path(), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
@@ -73,16 +73,16 @@ void PluginRunner::Serve() {
   spdlog::info("serving {} on {}", config_.resource_name, socket_path());
 }
 
-void PluginRunner::StopServing() {
+void PluginRunner::stop_serving() {
   if (!server_) return;
-  service_->Stop();
+  service_->stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();
   service_.reset();
 }
 
-bool PluginRunner::Register() {
+bool PluginRunner::register_with_kubelet() {
   const std::string kubelet = (fs::path(config_.device_plugin_dir) / "kubelet.sock").string();
   auto channel = grpc::CreateChannel("unix://" + kubelet, grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
@@ -105,19 +105,19 @@ bool PluginRunner::Register() {
   return true;
 }
 
-void PluginRunner::Run() {
+void PluginRunner::run() {
   KubeletWatcher watcher(config_.device_plugin_dir, socket_name_, [this](DirEvent e) {
-    Post(e == DirEvent::kKubeletSocketCreated ? Trigger::kKubeletRestarted
+    post(e == DirEvent::kKubeletSocketCreated ? Trigger::kKubeletRestarted
                                               : Trigger::kOwnSocketRemoved);
   });
-  watcher.Start();
-  Serve();
-  bool registered = Register();
+  watcher.start();
+  serve();
+  bool registered = register_with_kubelet();
   for (;;) {
     std::unique_lock lock(mu_);
     if (!cv_.wait_for(lock, kRegisterRetry, [&] { return !triggers_.empty(); })) {
       lock.unlock();
-      if (!registered) registered = Register();
+      if (!registered) registered = register_with_kubelet();
       continue;
     }
     // A kubelet restart arrives as several events (stream ended, our socket
@@ -129,10 +129,10 @@ void PluginRunner::Run() {
     batch.swap(triggers_);
     lock.unlock();
     if (std::find(batch.begin(), batch.end(), Trigger::kShutdown) != batch.end()) {
-      StopServing();
+      stop_serving();
       std::error_code ec;
       fs::remove(socket_path(), ec);
-      watcher.Stop();
+      watcher.stop();
       return;
     }
     for (const Trigger t : batch) {
@@ -144,9 +144,9 @@ void PluginRunner::Run() {
     // so a socket that still exists was served after that: keep it.
     if (!fs::exists(socket_path())) {
       spdlog::info("serving {} again", socket_path());
-      Serve();
+      serve();
     }
-    registered = Register();
+    registered = register_with_kubelet();
   }
 }
 

@@ -26,18 +26,18 @@ class PluginRunner {
                AllocationStore& store);
   ~PluginRunner();
 
-  // Blocks until RequestShutdown(); throws when the socket cannot be served.
-  void Run();
-  void RequestShutdown();  // async-signal-unsafe: call from a normal thread
+  // Blocks until request_shutdown(); throws when the socket cannot be served.
+  void run();
+  void request_shutdown();  // async-signal-unsafe: call from a normal thread
 
   std::string socket_path() const;
 
  private:
   enum class Trigger { kKubeletRestarted, kOwnSocketRemoved, kStreamEnded, kShutdown };
-  void Post(Trigger t);
-  void Serve();
-  void StopServing();
-  bool Register();
+  void post(Trigger t);
+  void serve();
+  void stop_serving();
+  bool register_with_kubelet();
 
   const Inventory& inventory_;
   const PluginConfig& config_;

@@ -11,11 +11,11 @@ namespace {
 
 constexpr std::chrono::milliseconds kStreamPoll{200};
 
-std::vector<std::string> ToVector(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+std::vector<std::string> to_vector(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
 }
 
-void FillResponse(const AllocationPlan& plan, v1beta1::ContainerAllocateResponse& out) {
+void fill_response(const AllocationPlan& plan, v1beta1::ContainerAllocateResponse& out) {
   for (const auto& [k, v] : plan.env) (*out.mutable_envs())[k] = v;
   for (const auto& m : plan.mounts) {
     auto* mount = out.add_mounts();
@@ -35,15 +35,15 @@ void FillResponse(const AllocationPlan& plan, v1beta1::ContainerAllocateResponse
 
 }  // namespace
 
-v1beta1::ListAndWatchResponse BuildSnapshot(const Inventory& inventory,
-                                            const std::set<std::string>& unhealthy_gpus,
-                                            unsigned units_per_gpu) {
+v1beta1::ListAndWatchResponse build_snapshot(const Inventory& inventory,
+                                             const std::set<std::string>& unhealthy_gpus,
+                                             unsigned units_per_gpu) {
   v1beta1::ListAndWatchResponse resp;
   for (const auto& gpu : inventory.gpus) {
     const bool healthy = !unhealthy_gpus.contains(gpu.uuid);
     for (unsigned u = 0; u < units_per_gpu; ++u) {
       auto* dev = resp.add_devices();
-      dev->set_id(FormatDeviceId(gpu.uuid, u));
+      dev->set_id(format_device_id(gpu.uuid, u));
       dev->set_health(healthy ? kHealthy : kUnhealthy);
       if (gpu.numa_node != kUnknownNumaNode) {
         dev->mutable_topology()->add_nodes()->set_id(gpu.numa_node);
@@ -62,7 +62,7 @@ PluginService::PluginService(const Inventory& inventory, const PluginConfig& con
       store_(store),
       on_stream_end_(std::move(on_stream_end)) {}
 
-void PluginService::Stop() {
+void PluginService::stop() {
   stopping_ = true;
 }
 
@@ -80,14 +80,14 @@ grpc::Status PluginService::ListAndWatch(
   spdlog::info("ListAndWatch: stream opened");
   std::uint64_t sent_version = health_.version();
   bool ok =
-      writer->Write(BuildSnapshot(inventory_, health_.UnhealthyGpus(), config_.units_per_gpu));
+      writer->Write(build_snapshot(inventory_, health_.unhealthy_gpus(), config_.units_per_gpu));
   while (ok && !stopping_ && !ctx->IsCancelled()) {
-    const std::uint64_t v = health_.WaitForChange(sent_version, kStreamPoll);
+    const std::uint64_t v = health_.wait_for_change(sent_version, kStreamPoll);
     if (v == sent_version) continue;
     sent_version = v;
-    const auto unhealthy = health_.UnhealthyGpus();
+    const auto unhealthy = health_.unhealthy_gpus();
     spdlog::info("ListAndWatch: sending snapshot ({} unhealthy GPU(s))", unhealthy.size());
-    ok = writer->Write(BuildSnapshot(inventory_, unhealthy, config_.units_per_gpu));
+    ok = writer->Write(build_snapshot(inventory_, unhealthy, config_.units_per_gpu));
   }
   const int left = --open_streams_;
   spdlog::info(
@@ -104,9 +104,9 @@ grpc::Status PluginService::GetPreferredAllocation(grpc::ServerContext*,
     if (creq.allocation_size() < 0) {
       return {grpc::StatusCode::INVALID_ARGUMENT, "negative allocation_size"};
     }
-    const auto available = ToVector(creq.available_deviceids());
-    const auto must = ToVector(creq.must_include_deviceids());
-    const auto chosen = PreferAllocation(
+    const auto available = to_vector(creq.available_deviceids());
+    const auto must = to_vector(creq.must_include_deviceids());
+    const auto chosen = prefer_allocation(
         inventory_, available, must, static_cast<std::size_t>(creq.allocation_size()),
         config_.packing, config_.gpu_spanning, config_.units_per_gpu);
     auto* out = resp->add_container_responses();
@@ -118,16 +118,16 @@ grpc::Status PluginService::GetPreferredAllocation(grpc::ServerContext*,
 grpc::Status PluginService::Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* req,
                                      v1beta1::AllocateResponse* resp) {
   for (const auto& creq : req->container_requests()) {
-    const auto ids = ToVector(creq.devices_ids());
+    const auto ids = to_vector(creq.devices_ids());
     AllocationPlan plan;
     try {
-      plan = PlanAllocation(inventory_, ids, config_);
+      plan = plan_allocation(inventory_, ids, config_);
     } catch (const AllocationError& e) {
       spdlog::warn("Allocate refused: {}", e.what());
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     }
     try {
-      store_.Write(plan);
+      store_.write(plan);
     } catch (const std::exception& e) {
       spdlog::error("Allocate {}: cannot write the allocation: {}", plan.alloc_id, e.what());
       return {grpc::StatusCode::INTERNAL, std::string("cannot write allocation: ") + e.what()};
@@ -138,7 +138,7 @@ grpc::Status PluginService::Allocate(grpc::ServerContext*, const v1beta1::Alloca
                             g.memory_limit_bytes, g.compute_limit_pct);
     }
     spdlog::info("Allocate {}: {}", plan.alloc_id, shares);
-    FillResponse(plan, *resp->add_container_responses());
+    fill_response(plan, *resp->add_container_responses());
   }
   return grpc::Status::OK;
 }

@@ -20,9 +20,9 @@ inline constexpr char kHealthy[] = "Healthy";
 inline constexpr char kUnhealthy[] = "Unhealthy";
 
 // The full device list for the current health state (pure).
-v1beta1::ListAndWatchResponse BuildSnapshot(const Inventory& inventory,
-                                            const std::set<std::string>& unhealthy_gpus,
-                                            unsigned units_per_gpu);
+v1beta1::ListAndWatchResponse build_snapshot(const Inventory& inventory,
+                                             const std::set<std::string>& unhealthy_gpus,
+                                             unsigned units_per_gpu);
 
 class PluginService final : public v1beta1::DevicePlugin::Service {
  public:
@@ -33,7 +33,7 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
                 AllocationStore& store, std::function<void()> on_stream_end);
 
   // Ends open streams promptly (before the server shuts down).
-  void Stop();
+  void stop();
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* ctx, const v1beta1::Empty* req,
                                       v1beta1::DevicePluginOptions* resp) override;

@@ -10,7 +10,7 @@
 
 namespace cushare::plugin {
 
-std::optional<std::vector<ContainerDevices>> ListPodResources(const PluginConfig& config) {
+std::optional<std::vector<ContainerDevices>> list_pod_resources(const PluginConfig& config) {
   std::error_code ec;
   if (!std::filesystem::exists(config.pod_resources_socket, ec)) return std::nullopt;
   auto channel = grpc::CreateChannel("unix://" + config.pod_resources_socket,
@@ -25,7 +25,7 @@ std::optional<std::vector<ContainerDevices>> ListPodResources(const PluginConfig
                  status.error_message());
     return std::nullopt;
   }
-  const std::vector<std::string> ours = ResourceNames(config);
+  const std::vector<std::string> ours = resource_names(config);
   std::vector<ContainerDevices> out;
   for (const auto& pod : resp.pod_resources()) {
     for (const auto& container : pod.containers()) {

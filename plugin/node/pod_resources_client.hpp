@@ -13,6 +13,6 @@ namespace cushare::plugin {
 
 // nullopt when the socket is absent or the call fails (logged); containers
 // without IDs of the plugin's resource are left out.
-std::optional<std::vector<ContainerDevices>> ListPodResources(const PluginConfig& config);
+std::optional<std::vector<ContainerDevices>> list_pod_resources(const PluginConfig& config);
 
 }  // namespace cushare::plugin

@@ -1,5 +1,5 @@
 // Where cushare's files are on a host (same defaults as the device plugin,
-// deploy/device-plugin/plugin_config.hpp).
+// plugin/core/plugin_config.hpp).
 #pragma once
 
 #include <optional>

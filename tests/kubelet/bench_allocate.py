@@ -4,7 +4,7 @@ allocation folder, then N repeats of one request (the idempotent path).
 Not a ctest; run by hand (docs/benchmarks.md, "## plugin"):
 
   /usr/bin/python3 tests/kubelet/bench_allocate.py --plugin build/bin/cushare-device-plugin \\
-      --proto-dir deploy/proto --fakegpu-dir build/fakegpu [--count 200]
+      --proto-dir plugin/proto --fakegpu-dir build/fakegpu [--count 200]
 """
 
 import argparse

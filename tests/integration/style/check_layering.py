@@ -4,9 +4,11 @@
 The layers, lowest first (docs/architecture.md, "Layering"): shm/ is the node
 contract everything builds on; node/ is the read model of a node's regions
 shared by the daemon, the CLI and the plugin; the binaries (shim/, scheduler/,
-tools/, deploy/) sit on those and never on each other. Inside the shim, the
+tools/, plugin/) sit on those and never on each other. Inside the shim, the
 routing (interpose/) and the exported functions (hooks/) are on top; driver/
-and devices/ at the bottom include nothing of the shim above them.
+and devices/ at the bottom include nothing of the shim above them. Inside the
+plugin, core/ is pure (no gRPC, NVML or files: nothing of node/), node/ sits on
+it and main.cpp on both. deploy/ is packaging and holds no C++.
 
 Usage: check_layering.py REPO_ROOT
 """
@@ -22,7 +24,9 @@ ALLOWED = {
     "node": {"node", "shm"},
     "scheduler": {"scheduler", "node", "shm"},
     "tools": {"tools", "node", "shm"},
-    "deploy": {"deploy", "node", "shm"},
+    "plugin": {"plugin", "plugin/node", "plugin/core", "node", "shm"},
+    "plugin/node": {"plugin/node", "plugin/core", "node", "shm"},
+    "plugin/core": {"plugin/core", "shm"},
     "samples": {"samples"},
     "shim/driver": {"shim/driver", "shm"},
     "shim/devices": {"shim/devices", "shim/driver", "shm"},
@@ -45,8 +49,8 @@ def part_of(path: str) -> str | None:
     p = pathlib.PurePosixPath(path).parts
     if not p:
         return None
-    if p[0] == "shim" and len(p) > 2:
-        return f"shim/{p[1]}"
+    if p[0] in ("shim", "plugin") and len(p) > 2:
+        return f"{p[0]}/{p[1]}"
     return p[0] if p[0] in ALLOWED else None
 
 

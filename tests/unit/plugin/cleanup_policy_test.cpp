@@ -1,8 +1,8 @@
-#include "deploy/device-plugin/cleanup_policy.hpp"
+#include "plugin/core/cleanup_policy.hpp"
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
+#include "plugin/core/allocation_plan.hpp"
 
 namespace cushare::plugin {
 namespace {
@@ -13,40 +13,40 @@ using Clock = std::chrono::system_clock;
 
 const Clock::time_point kNow = Clock::time_point{} + hours(24 * 365 * 50);
 
-AllocationFolderFacts Folder(const std::string& id, Clock::duration idle, bool live = false) {
+AllocationFolderFacts folder_facts(const std::string& id, Clock::duration idle, bool live = false) {
   return {id, kNow - idle, kNow - idle, live};
 }
 
 TEST(CleanupPolicy, PodResourcesDecidesForOldFolders) {
   PluginConfig config;  // min age 10 min
   const std::vector<AllocationFolderFacts> folders = {
-      Folder("a1", hours(1)),        // gone pod -> removed
-      Folder("a2", hours(1)),        // still listed -> kept
-      Folder("a3", minutes(2)),      // too young -> kept
-      Folder("a4", hours(1), true),  // a live process -> kept
+      folder_facts("a1", hours(1)),        // gone pod -> removed
+      folder_facts("a2", hours(1)),        // still listed -> kept
+      folder_facts("a3", minutes(2)),      // too young -> kept
+      folder_facts("a4", hours(1), true),  // a live process -> kept
   };
   LiveAllocations live{LivenessSource::kPodResources, {"a2"}};
-  EXPECT_EQ(FoldersToRemove(folders, live, kNow, config), std::vector<std::string>{"a1"});
+  EXPECT_EQ(folders_to_remove(folders, live, kNow, config), std::vector<std::string>{"a1"});
   live.source = LivenessSource::kCheckpoint;
-  EXPECT_EQ(FoldersToRemove(folders, live, kNow, config), std::vector<std::string>{"a1"});
+  EXPECT_EQ(folders_to_remove(folders, live, kNow, config), std::vector<std::string>{"a1"});
 }
 
 TEST(CleanupPolicy, AgeRuleWithoutAnyLivenessSource) {
   PluginConfig config;  // orphan age 7 days
   const std::vector<AllocationFolderFacts> folders = {
-      Folder("old", hours(24 * 8)),
-      Folder("recent", hours(24 * 6)),
-      Folder("old-but-running", hours(24 * 30), true),
+      folder_facts("old", hours(24 * 8)),
+      folder_facts("recent", hours(24 * 6)),
+      folder_facts("old-but-running", hours(24 * 30), true),
   };
   const LiveAllocations none{LivenessSource::kNone, {}};
-  EXPECT_EQ(FoldersToRemove(folders, none, kNow, config), std::vector<std::string>{"old"});
+  EXPECT_EQ(folders_to_remove(folders, none, kNow, config), std::vector<std::string>{"old"});
 }
 
 TEST(CleanupPolicy, RecentActivityCountsAsYoung) {
   PluginConfig config;
   AllocationFolderFacts f{"a1", kNow - hours(48), kNow - minutes(1), false};
   const LiveAllocations live{LivenessSource::kPodResources, {}};
-  EXPECT_TRUE(FoldersToRemove({f}, live, kNow, config).empty());
+  EXPECT_TRUE(folders_to_remove({f}, live, kNow, config).empty());
 }
 
 TEST(CleanupPolicy, CheckpointGivesAllocationIdsOfOurResource) {
@@ -60,9 +60,9 @@ TEST(CleanupPolicy, CheckpointGivesAllocationIdsOfOurResource) {
       {"PodUID":"p3","ContainerName":"c","ResourceName":"nvidia.com/gpu",
        "DeviceIDs":{"0":["GPU-z"]},"AllocResp":""}],
       "RegisteredDevices":{}},"Checksum":123})";
-  const auto live = LiveAllocationsFromCheckpoint(checkpoint, {"cushare.io/vgpu"});
+  const auto live = live_allocations_from_checkpoint(checkpoint, {"cushare.io/vgpu"});
   ASSERT_TRUE(live.has_value());
-  EXPECT_EQ(*live, (std::set<std::string>{AllocationIdFor(ids1), AllocationIdFor(ids2)}));
+  EXPECT_EQ(*live, (std::set<std::string>{allocation_id_for(ids1), allocation_id_for(ids2)}));
 }
 
 TEST(CleanupPolicy, TheEntriesOfEveryProfileAreLive) {
@@ -73,17 +73,18 @@ TEST(CleanupPolicy, TheEntriesOfEveryProfileAreLive) {
        "DeviceIDs":["GPU-b::0"]},
       {"PodUID":"p3","ContainerName":"c","ResourceName":"nvidia.com/gpu","DeviceIDs":["GPU-z"]}]}})";
   const auto live =
-      LiveAllocationsFromCheckpoint(checkpoint, {"cushare.io/vgpu", "cushare.io/vgpu-mem"});
+      live_allocations_from_checkpoint(checkpoint, {"cushare.io/vgpu", "cushare.io/vgpu-mem"});
   ASSERT_TRUE(live.has_value());
-  EXPECT_EQ(*live, (std::set<std::string>{AllocationIdFor(a), AllocationIdFor(b)}));
+  EXPECT_EQ(*live, (std::set<std::string>{allocation_id_for(a), allocation_id_for(b)}));
 }
 
 TEST(CleanupPolicy, UnknownCheckpointShapeIsNotTrusted) {
-  EXPECT_FALSE(LiveAllocationsFromCheckpoint("not json", {"r"}).has_value());
-  EXPECT_FALSE(LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":{}}})", {"r"}));
-  EXPECT_FALSE(LiveAllocationsFromCheckpoint(
+  EXPECT_FALSE(live_allocations_from_checkpoint("not json", {"r"}).has_value());
+  EXPECT_FALSE(live_allocations_from_checkpoint(R"({"Data":{"PodDeviceEntries":{}}})", {"r"}));
+  EXPECT_FALSE(live_allocations_from_checkpoint(
       R"({"Data":{"PodDeviceEntries":[{"ResourceName":"r","DeviceIDs":7}]}})", {"r"}));
-  const auto empty = LiveAllocationsFromCheckpoint(R"({"Data":{"PodDeviceEntries":null}})", {"r"});
+  const auto empty =
+      live_allocations_from_checkpoint(R"({"Data":{"PodDeviceEntries":null}})", {"r"});
   ASSERT_TRUE(empty.has_value());
   EXPECT_TRUE(empty->empty());
 }

@@ -1,4 +1,4 @@
-#include "deploy/device-plugin/device_id.hpp"
+#include "plugin/core/device_id.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,10 +7,10 @@ namespace {
 
 TEST(DeviceId, FormatsAndParsesRoundTrip) {
   const std::string uuid = "GPU-12345678-1234-1234-1234-123456789abc";
-  const auto id = FormatDeviceId(uuid, 42);
+  const auto id = format_device_id(uuid, 42);
   EXPECT_EQ(id, uuid + "::42");
   EXPECT_LE(id.size(), kMaxDeviceIdLength);
-  const auto parsed = ParseDeviceId(id);
+  const auto parsed = parse_device_id(id);
   EXPECT_EQ(parsed.gpu_uuid, uuid);
   EXPECT_EQ(parsed.unit, 42u);
 }
@@ -19,7 +19,7 @@ TEST(DeviceId, RejectsMalformedIdsNamingThem) {
   for (const char* bad : {"", "GPU-x", "::3", "GPU-x::", "GPU-x::-1", "GPU-x::1a", "GPU-x::3::4",
                           "GPU-x:3", "GPU-x:: 3"}) {
     try {
-      ParseDeviceId(bad);
+      parse_device_id(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const DeviceIdError& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)

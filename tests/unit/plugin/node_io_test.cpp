@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_cleaner.hpp"
-#include "deploy/device-plugin/allocation_store.hpp"
-#include "deploy/device-plugin/device_id.hpp"
-#include "deploy/device-plugin/nvml_library.hpp"
-#include "deploy/device-plugin/plugin_service.hpp"
+#include "plugin/core/device_id.hpp"
+#include "plugin/node/allocation_cleaner.hpp"
+#include "plugin/node/allocation_store.hpp"
+#include "plugin/node/nvml_library.hpp"
+#include "plugin/node/plugin_service.hpp"
 #include "shm/limits_seqlock.hpp"
 #include "shm/region_file.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"
@@ -38,15 +38,15 @@ class TempDir {
   fs::path path_;
 };
 
-void WriteFile(const fs::path& p, const std::string& text) {
+void write_file(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
 }
 
 TEST(NumaNodeFromSysfs, ReadsTheNodeOfTheBus) {
   TempDir sys;
-  WriteFile(sys.path() / "bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
-  WriteFile(sys.path() / "bus/pci/devices/0000:5e:00.0/numa_node", "-1\n");
+  write_file(sys.path() / "bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+  write_file(sys.path() / "bus/pci/devices/0000:5e:00.0/numa_node", "-1\n");
   EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "00000000:3B:00.0"), 1);
   EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "0000:3b:00.0"), 1);
   EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "00000000:5E:00.0"), kUnknownNumaNode);
@@ -54,12 +54,12 @@ TEST(NumaNodeFromSysfs, ReadsTheNodeOfTheBus) {
 }
 
 TEST(Snapshot, AllIdsOfAnUnhealthyGpuAtOnceWithTopology) {
-  auto inv = TwoGpus();
+  auto inv = two_gpus();
   inv.gpus[1].numa_node = kUnknownNumaNode;
-  const auto snap = BuildSnapshot(inv, {kUuidB}, 4);
+  const auto snap = build_snapshot(inv, {kUuidB}, 4);
   ASSERT_EQ(snap.devices_size(), 8);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(snap.devices(i).id(), FormatDeviceId(kUuidA, static_cast<unsigned>(i)));
+    EXPECT_EQ(snap.devices(i).id(), format_device_id(kUuidA, static_cast<unsigned>(i)));
     EXPECT_EQ(snap.devices(i).health(), "Healthy");
     ASSERT_EQ(snap.devices(i).topology().nodes_size(), 1);
     EXPECT_EQ(snap.devices(i).topology().nodes(0).id(), 0);
@@ -70,9 +70,9 @@ TEST(Snapshot, AllIdsOfAnUnhealthyGpuAtOnceWithTopology) {
   }
 }
 
-std::vector<std::string> Ids(const std::string& uuid, unsigned n) {
+std::vector<std::string> unit_ids(const std::string& uuid, unsigned n) {
   std::vector<std::string> ids;
-  for (unsigned i = 0; i < n; ++i) ids.push_back(FormatDeviceId(uuid, i));
+  for (unsigned i = 0; i < n; ++i) ids.push_back(format_device_id(uuid, i));
   return ids;
 }
 
@@ -86,8 +86,8 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, WritesLimitsUsageAndPreload) {
-  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 25), config);
-  store.Write(plan);
+  const auto plan = plan_allocation(two_gpus(), unit_ids(kUuidA, 25), config);
+  store.write(plan);
   auto limits =
       shm::LimitsMapping::open(fs::path(plan.host_alloc_dir) / "limits", shm::Access::kReadOnly);
   EXPECT_EQ(std::string(limits.region().header.alloc_id), plan.alloc_id);
@@ -107,16 +107,16 @@ TEST_F(StoreTest, WritesLimitsUsageAndPreload) {
 }
 
 TEST_F(StoreTest, RepeatedWriteKeepsTheFileAndUpdatesQuotas) {
-  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 25), config);
-  store.Write(plan);
+  const auto plan = plan_allocation(two_gpus(), unit_ids(kUuidA, 25), config);
+  store.write(plan);
   const auto limits_path = fs::path(plan.host_alloc_dir) / "limits";
   struct stat before {};
   ASSERT_EQ(stat(limits_path.c_str(), &before), 0);
   // Same IDs, new node ratio (plugin restarted with another config).
   config.memory_ratio = 0.5;
-  const auto plan2 = PlanAllocation(TwoGpus(), Ids(kUuidA, 25), config);
+  const auto plan2 = plan_allocation(two_gpus(), unit_ids(kUuidA, 25), config);
   ASSERT_EQ(plan2.alloc_id, plan.alloc_id);
-  store.Write(plan2);
+  store.write(plan2);
   struct stat after {};
   ASSERT_EQ(stat(limits_path.c_str(), &after), 0);
   EXPECT_EQ(before.st_ino, after.st_ino);
@@ -125,10 +125,10 @@ TEST_F(StoreTest, RepeatedWriteKeepsTheFileAndUpdatesQuotas) {
 }
 
 TEST_F(StoreTest, CorruptRegionsAreRecreated) {
-  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidB, 10), config);
-  WriteFile(fs::path(plan.host_alloc_dir) / "limits", "not a region");
-  WriteFile(fs::path(plan.host_alloc_dir) / "usage", "not a region either");
-  store.Write(plan);
+  const auto plan = plan_allocation(two_gpus(), unit_ids(kUuidB, 10), config);
+  write_file(fs::path(plan.host_alloc_dir) / "limits", "not a region");
+  write_file(fs::path(plan.host_alloc_dir) / "usage", "not a region either");
+  store.write(plan);
   EXPECT_NO_THROW(
       shm::LimitsMapping::open(fs::path(plan.host_alloc_dir) / "limits", shm::Access::kReadOnly));
   EXPECT_NO_THROW(
@@ -139,14 +139,14 @@ TEST_F(StoreTest, CorruptRegionsAreRecreated) {
 // symbolic link or a FIFO where usage was is replaced, never written through
 // (the plugin runs as root), and the folder gets the node's modes.
 TEST_F(StoreTest, ARepeatedWriteNeverFollowsWhatTheTenantLeft) {
-  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 25), config);
-  store.Write(plan);
+  const auto plan = plan_allocation(two_gpus(), unit_ids(kUuidA, 25), config);
+  store.write(plan);
   const fs::path usage = fs::path(plan.host_alloc_dir) / "usage";
   const fs::path victim = run.path() / "victim";
-  WriteFile(victim, "precious");
+  write_file(victim, "precious");
   fs::remove(usage);
   fs::create_symlink(victim, usage);
-  store.Write(plan);
+  store.write(plan);
   EXPECT_FALSE(fs::is_symlink(fs::symlink_status(usage)));
   EXPECT_NO_THROW(shm::UsageMapping::open(usage, shm::Access::kReadOnly));
   std::ifstream in(victim);
@@ -155,7 +155,7 @@ TEST_F(StoreTest, ARepeatedWriteNeverFollowsWhatTheTenantLeft) {
   EXPECT_EQ(content, "precious");
   fs::remove(usage);
   ASSERT_EQ(::mkfifo(usage.c_str(), 0666), 0);
-  store.Write(plan);  // would block on a FIFO opened for writing
+  store.write(plan);  // would block on a FIFO opened for writing
   EXPECT_NO_THROW(shm::UsageMapping::open(usage, shm::Access::kReadOnly));
   struct stat sb {};
   ASSERT_EQ(::stat(plan.host_alloc_dir.c_str(), &sb), 0);
@@ -165,26 +165,26 @@ TEST_F(StoreTest, ARepeatedWriteNeverFollowsWhatTheTenantLeft) {
 }
 
 TEST_F(StoreTest, RemovalSparesRecentWrites) {
-  const auto plan = PlanAllocation(TwoGpus(), Ids(kUuidA, 5), config);
-  store.Write(plan);
-  EXPECT_FALSE(store.RemoveUnlessRecent(plan.alloc_id, std::chrono::seconds(600)));
+  const auto plan = plan_allocation(two_gpus(), unit_ids(kUuidA, 5), config);
+  store.write(plan);
+  EXPECT_FALSE(store.remove_unless_recent(plan.alloc_id, std::chrono::seconds(600)));
   EXPECT_TRUE(fs::exists(plan.host_alloc_dir));
-  EXPECT_TRUE(store.RemoveUnlessRecent(plan.alloc_id, std::chrono::seconds(0)));
+  EXPECT_TRUE(store.remove_unless_recent(plan.alloc_id, std::chrono::seconds(0)));
   EXPECT_FALSE(fs::exists(plan.host_alloc_dir));
 }
 
 TEST_F(StoreTest, FolderFactsSeeLiveSlotsAndCreationTime) {
-  const auto idle = PlanAllocation(TwoGpus(), Ids(kUuidA, 5), config);
-  const auto busy = PlanAllocation(TwoGpus(), Ids(kUuidB, 5), config);
-  store.Write(idle);
-  store.Write(busy);
+  const auto idle = plan_allocation(two_gpus(), unit_ids(kUuidA, 5), config);
+  const auto busy = plan_allocation(two_gpus(), unit_ids(kUuidB, 5), config);
+  store.write(idle);
+  store.write(busy);
   {
     auto usage =
         shm::UsageMapping::open(fs::path(busy.host_alloc_dir) / "usage", shm::Access::kReadWrite);
     usage.mutable_region().slots[3].state.store(
         static_cast<std::uint32_t>(shm::SlotState::kActive));
   }
-  auto facts = GatherFolderFacts(config.run_dir);
+  auto facts = gather_folder_facts(config.run_dir);
   ASSERT_EQ(facts.size(), 2u);
   if (facts[0].alloc_id != idle.alloc_id) std::swap(facts[0], facts[1]);
   EXPECT_EQ(facts[0].alloc_id, idle.alloc_id);

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
-#include "deploy/device-plugin/pod_identity_sync.hpp"
+#include "plugin/core/allocation_plan.hpp"
+#include "plugin/core/pod_identity_sync.hpp"
 #include "shm/pod_identity.hpp"
 
 namespace cushare::plugin {
@@ -22,10 +22,10 @@ TEST(PodIdentity, RoundTripsAndRefusesAnythingElse) {
 TEST(PodIdentity, EachContainerNamesItsAllocation) {
   const std::vector<ContainerDevices> listed = {{"a", "ns", "c0", {"G::0", "G::1"}},
                                                 {"b", "ns", "c1", {"G::2"}}};
-  const auto ids = IdentitiesByAllocation(listed);
+  const auto ids = identities_by_allocation(listed);
   ASSERT_EQ(ids.size(), 2u);
   const std::vector<std::string> a_ids = {"G::1", "G::0"};  // order does not matter
-  EXPECT_EQ(ids.at(AllocationIdFor(a_ids)), (shm::PodIdentity{"a", "ns", "c0"}));
+  EXPECT_EQ(ids.at(allocation_id_for(a_ids)), (shm::PodIdentity{"a", "ns", "c0"}));
 }
 
 TEST(PodIdentity, SyncWritesWhatChangedAndRemovesWhatIsGone) {
@@ -35,7 +35,7 @@ TEST(PodIdentity, SyncWritesWhatChangedAndRemovesWhatIsGone) {
       {"a1", shm::format_pod_identity({"p", "n", "c"})},
       {"a2", shm::format_pod_identity({"old", "n", "c"})},
       {"a3", shm::format_pod_identity({"gone", "n", "c"})}};
-  const auto sync = PlanIdentitySync(on_disk, wanted);
+  const auto sync = plan_identity_sync(on_disk, wanted);
   EXPECT_EQ(sync.removals, std::vector<std::string>{"a3"});
   ASSERT_EQ(sync.writes.size(), 1u);
   EXPECT_EQ(sync.writes.at("a2"), shm::format_pod_identity({"q", "n", "c"}));

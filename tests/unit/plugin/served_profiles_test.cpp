@@ -1,16 +1,16 @@
 // Profiles: which resource each GPU serves, and the configuration each
 // resource is served with.
-#include "deploy/device-plugin/served_profiles.hpp"
+#include "plugin/core/served_profiles.hpp"
 
 #include <gtest/gtest.h>
 
-#include "deploy/device-plugin/allocation_plan.hpp"
+#include "plugin/core/allocation_plan.hpp"
 #include "tests/unit/plugin/test_inventory.hpp"
 
 namespace cushare::plugin {
 namespace {
 
-using testing::FourGpusTwoNuma;
+using testing::four_gpus_two_numa;
 using testing::kGi;
 using testing::kUuidA;
 using testing::kUuidB;
@@ -26,7 +26,7 @@ constexpr const char* kTwoProfiles = R"({
 
 TEST(ServedProfiles, WithoutProfilesOneResourceServesEveryGpu) {
   const PluginConfig c;
-  const auto plan = PlanProfiles(c, FourGpusTwoNuma());
+  const auto plan = plan_profiles(c, four_gpus_two_numa());
   ASSERT_EQ(plan.profiles.size(), 1u);
   EXPECT_EQ(plan.profiles[0].config.resource_name, "cushare.io/vgpu");
   EXPECT_EQ(plan.profiles[0].inventory.gpus.size(), 4u);
@@ -34,9 +34,9 @@ TEST(ServedProfiles, WithoutProfilesOneResourceServesEveryGpu) {
 }
 
 TEST(ServedProfiles, EachProfileServesItsGpusWithItsOwnUnitsAndRatios) {
-  const PluginConfig c = ParseConfigJson(kTwoProfiles);
-  ValidateConfig(c);
-  const auto plan = PlanProfiles(c, FourGpusTwoNuma());
+  const PluginConfig c = parse_config_json(kTwoProfiles);
+  validate_config(c);
+  const auto plan = plan_profiles(c, four_gpus_two_numa());
   ASSERT_EQ(plan.profiles.size(), 2u);
   const auto& whole = plan.profiles[0];
   EXPECT_EQ(whole.config.resource_name, "cushare.io/vgpu");
@@ -58,25 +58,25 @@ TEST(ServedProfiles, EachProfileServesItsGpusWithItsOwnUnitsAndRatios) {
 }
 
 TEST(ServedProfiles, AnAllocationIsPlannedWithItsProfilesRatios) {
-  const PluginConfig c = ParseConfigJson(kTwoProfiles);
-  const auto plan = PlanProfiles(c, FourGpusTwoNuma());
+  const PluginConfig c = parse_config_json(kTwoProfiles);
+  const auto plan = plan_profiles(c, four_gpus_two_numa());
   const auto& mem = plan.profiles[1];
   const std::vector<std::string> ids = {kUuidC + "::0", kUuidC + "::1"};
-  const auto a = PlanAllocation(mem.inventory, ids, mem.config);
+  const auto a = plan_allocation(mem.inventory, ids, mem.config);
   ASSERT_EQ(a.gpus.size(), 1u);
   EXPECT_EQ(a.gpus[0].memory_limit_bytes, 80 * kGi * 2 / 8);  // 2 of 8 units
   EXPECT_EQ(a.gpus[0].compute_limit_pct, 12u);                // 2/8 x 100 x 0.5, rounded down
   // A GPU of the other profile is unknown to this resource.
-  EXPECT_THROW(PlanAllocation(mem.inventory, std::vector<std::string>{kUuidA + "::0"}, mem.config),
+  EXPECT_THROW(plan_allocation(mem.inventory, std::vector<std::string>{kUuidA + "::0"}, mem.config),
                AllocationError);
 }
 
 TEST(ServedProfiles, ConfigurationsThatCouldOvercommitAreRefused) {
   auto error_of = [](const std::string& json) -> std::string {
     try {
-      const PluginConfig c = ParseConfigJson(json);
-      ValidateConfig(c);
-      PlanProfiles(c, FourGpusTwoNuma());
+      const PluginConfig c = parse_config_json(json);
+      validate_config(c);
+      plan_profiles(c, four_gpus_two_numa());
     } catch (const ConfigError& e) {
       return e.what();
     }
@@ -117,8 +117,8 @@ TEST(ServedProfiles, ConfigurationsThatCouldOvercommitAreRefused) {
 }
 
 TEST(ServedProfiles, ResourceNamesListEveryProfile) {
-  EXPECT_EQ(ResourceNames(PluginConfig{}), std::vector<std::string>{"cushare.io/vgpu"});
-  EXPECT_EQ(ResourceNames(ParseConfigJson(kTwoProfiles)),
+  EXPECT_EQ(resource_names(PluginConfig{}), std::vector<std::string>{"cushare.io/vgpu"});
+  EXPECT_EQ(resource_names(parse_config_json(kTwoProfiles)),
             (std::vector<std::string>{"cushare.io/vgpu", "cushare.io/vgpu-mem"}));
 }
 

@@ -1,7 +1,7 @@
 // Small GPU inventories shared by the plugin's unit tests.
 #pragma once
 
-#include "deploy/device-plugin/gpu_inventory.hpp"
+#include "plugin/core/gpu_inventory.hpp"
 
 namespace cushare::plugin::testing {
 
@@ -11,7 +11,7 @@ inline const std::string kUuidB = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
 inline const std::string kUuidC = "GPU-cccccccc-0000-0000-0000-000000000003";
 inline const std::string kUuidD = "GPU-dddddddd-0000-0000-0000-000000000004";
 
-inline GpuInfo Gpu(int index, const std::string& uuid, std::uint64_t mem, int numa) {
+inline GpuInfo make_gpu(int index, const std::string& uuid, std::uint64_t mem, int numa) {
   GpuInfo g;
   g.index = index;
   g.uuid = uuid;
@@ -23,16 +23,16 @@ inline GpuInfo Gpu(int index, const std::string& uuid, std::uint64_t mem, int nu
   return g;
 }
 
-inline Inventory TwoGpus() {
+inline Inventory two_gpus() {
   Inventory inv;
-  inv.gpus = {Gpu(0, kUuidA, 80 * kGi, 0), Gpu(1, kUuidB, 16 * kGi, 0)};
+  inv.gpus = {make_gpu(0, kUuidA, 80 * kGi, 0), make_gpu(1, kUuidB, 16 * kGi, 0)};
   return inv;
 }
 
-inline Inventory FourGpusTwoNuma() {
+inline Inventory four_gpus_two_numa() {
   Inventory inv;
-  inv.gpus = {Gpu(0, kUuidA, 80 * kGi, 0), Gpu(1, kUuidB, 80 * kGi, 1), Gpu(2, kUuidC, 80 * kGi, 1),
-              Gpu(3, kUuidD, 80 * kGi, 0)};
+  inv.gpus = {make_gpu(0, kUuidA, 80 * kGi, 0), make_gpu(1, kUuidB, 80 * kGi, 1),
+              make_gpu(2, kUuidC, 80 * kGi, 1), make_gpu(3, kUuidD, 80 * kGi, 0)};
   return inv;
 }
 

@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
 
   try {
     NvmlLibrary nvml(config.nvml_library);
-    Inventory inventory = nvml.Discover(config.sysfs_root);
+    Inventory inventory = nvml.discover(config.sysfs_root);
     inventory.control_nodes = present_control_nodes(config);
     for (const auto& g : inventory.gpus) {
       spdlog::info("GPU {}: {} {} ({} MiB, PCI {}, NUMA {})", g.index, g.uuid, g.name,

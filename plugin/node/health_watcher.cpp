@@ -24,7 +24,7 @@ bool HealthWatcher::start() {
     return false;
   }
   if (const auto r = nvml_.event_set_create(&set_); r != nvml::kSuccess) {
-    spdlog::warn("health checks disabled: nvmlEventSetCreate failed: {}", nvml_.ErrorString(r));
+    spdlog::warn("health checks disabled: nvmlEventSetCreate failed: {}", nvml_.error_string(r));
     return false;
   }
   for (const auto& gpu : inventory_.gpus) {
@@ -40,7 +40,7 @@ bool HealthWatcher::start() {
     }
     if (r != nvml::kSuccess) {
       spdlog::error("GPU {} ({}): cannot register XID events ({}); marking it Unhealthy", gpu.index,
-                    gpu.uuid, nvml_.ErrorString(r));
+                    gpu.uuid, nvml_.error_string(r));
       health_.mark_unhealthy(gpu.uuid);
       continue;
     }
@@ -63,7 +63,7 @@ void HealthWatcher::run() {
     const auto r = nvml_.event_set_wait(set_, &data, kWaitSliceMs);
     if (r == nvml::kErrorTimeout) continue;
     if (r != nvml::kSuccess) {
-      spdlog::warn("nvmlEventSetWait_v2 failed: {}", nvml_.ErrorString(r));
+      spdlog::warn("nvmlEventSetWait_v2 failed: {}", nvml_.error_string(r));
       std::this_thread::sleep_for(std::chrono::milliseconds(kWaitSliceMs));
       continue;
     }

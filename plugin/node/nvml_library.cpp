@@ -12,7 +12,7 @@ namespace cushare::plugin {
 namespace {
 
 template <typename Fn>
-Fn Resolve(void* handle, const char* name, bool required) {
+Fn resolve(void* handle, const char* name, bool required) {
   const Fn fn = nvml::symbol<Fn>(handle, name);
   if (fn == nullptr && required) {
     throw NvmlError(fmt::format("NVML library lacks {}", name));
@@ -29,27 +29,28 @@ NvmlLibrary::NvmlLibrary(const std::string& library) {
     throw NvmlError(fmt::format("cannot load NVML ('{}'): {}", library, err ? err : "unknown"));
   }
   try {
-    auto init = Resolve<nvml::InitFn>(handle_, "nvmlInit_v2", true);
-    shutdown_ = Resolve<nvml::ShutdownFn>(handle_, "nvmlShutdown", true);
-    error_string_ = Resolve<nvml::ErrorStringFn>(handle_, "nvmlErrorString", false);
-    device_get_count = Resolve<nvml::DeviceGetCountFn>(handle_, "nvmlDeviceGetCount_v2", true);
+    auto init = resolve<nvml::InitFn>(handle_, "nvmlInit_v2", true);
+    shutdown_ = resolve<nvml::ShutdownFn>(handle_, "nvmlShutdown", true);
+    error_string_ = resolve<nvml::ErrorStringFn>(handle_, "nvmlErrorString", false);
+    device_get_count = resolve<nvml::DeviceGetCountFn>(handle_, "nvmlDeviceGetCount_v2", true);
     device_get_handle_by_index =
-        Resolve<nvml::DeviceGetHandleByIndexFn>(handle_, "nvmlDeviceGetHandleByIndex_v2", true);
-    device_get_uuid = Resolve<nvml::DeviceGetStringFn>(handle_, "nvmlDeviceGetUUID", true);
-    device_get_name = Resolve<nvml::DeviceGetStringFn>(handle_, "nvmlDeviceGetName", true);
+        resolve<nvml::DeviceGetHandleByIndexFn>(handle_, "nvmlDeviceGetHandleByIndex_v2", true);
+    device_get_uuid = resolve<nvml::DeviceGetStringFn>(handle_, "nvmlDeviceGetUUID", true);
+    device_get_name = resolve<nvml::DeviceGetStringFn>(handle_, "nvmlDeviceGetName", true);
     device_get_memory_info =
-        Resolve<nvml::DeviceGetMemoryInfoFn>(handle_, "nvmlDeviceGetMemoryInfo", true);
+        resolve<nvml::DeviceGetMemoryInfoFn>(handle_, "nvmlDeviceGetMemoryInfo", true);
     device_get_pci_info =
-        Resolve<nvml::DeviceGetPciInfoFn>(handle_, "nvmlDeviceGetPciInfo_v3", true);
+        resolve<nvml::DeviceGetPciInfoFn>(handle_, "nvmlDeviceGetPciInfo_v3", true);
     device_get_minor_number =
-        Resolve<nvml::DeviceGetMinorNumberFn>(handle_, "nvmlDeviceGetMinorNumber", false);
-    event_set_create = Resolve<nvml::EventSetCreateFn>(handle_, "nvmlEventSetCreate", false);
+        resolve<nvml::DeviceGetMinorNumberFn>(handle_, "nvmlDeviceGetMinorNumber", false);
+    event_set_create = resolve<nvml::EventSetCreateFn>(handle_, "nvmlEventSetCreate", false);
     device_register_events =
-        Resolve<nvml::DeviceRegisterEventsFn>(handle_, "nvmlDeviceRegisterEvents", false);
-    event_set_wait = Resolve<nvml::EventSetWaitFn>(handle_, "nvmlEventSetWait_v2", false);
-    event_set_free = Resolve<nvml::EventSetFreeFn>(handle_, "nvmlEventSetFree", false);
+        resolve<nvml::DeviceRegisterEventsFn>(handle_, "nvmlDeviceRegisterEvents", false);
+    event_set_wait = resolve<nvml::EventSetWaitFn>(handle_, "nvmlEventSetWait_v2", false);
+    event_set_free = resolve<nvml::EventSetFreeFn>(handle_, "nvmlEventSetFree", false);
     const nvml::Return r = init();
-    if (r != nvml::kSuccess) throw NvmlError(fmt::format("nvmlInit_v2 failed: {}", ErrorString(r)));
+    if (r != nvml::kSuccess)
+      throw NvmlError(fmt::format("nvmlInit_v2 failed: {}", error_string(r)));
   } catch (...) {
     dlclose(handle_);
     throw;
@@ -61,20 +62,20 @@ NvmlLibrary::~NvmlLibrary() {
   // The library stays loaded: NVML may have threads that outlive shutdown.
 }
 
-std::string NvmlLibrary::ErrorString(nvml::Return r) const {
+std::string NvmlLibrary::error_string(nvml::Return r) const {
   const char* s = error_string_ != nullptr ? error_string_(r) : nullptr;
   return s != nullptr ? fmt::format("{} ({})", s, r) : fmt::format("NVML error {}", r);
 }
 
-Inventory NvmlLibrary::Discover(const std::string& sysfs_root) const {
+Inventory NvmlLibrary::discover(const std::string& sysfs_root) const {
   auto check = [&](nvml::Return r, const char* what, unsigned i) {
     if (r != nvml::kSuccess) {
-      throw NvmlError(fmt::format("{} for GPU {} failed: {}", what, i, ErrorString(r)));
+      throw NvmlError(fmt::format("{} for GPU {} failed: {}", what, i, error_string(r)));
     }
   };
   unsigned count = 0;
   const nvml::Return r = device_get_count(&count);
-  if (r != nvml::kSuccess) throw NvmlError("nvmlDeviceGetCount_v2 failed: " + ErrorString(r));
+  if (r != nvml::kSuccess) throw NvmlError("nvmlDeviceGetCount_v2 failed: " + error_string(r));
   Inventory inv;
   for (unsigned i = 0; i < count; ++i) {
     nvml::Device dev = nullptr;
@@ -99,13 +100,13 @@ Inventory NvmlLibrary::Discover(const std::string& sysfs_root) const {
       minor = i;
     }
     g.minor_number = minor;
-    g.numa_node = NumaNodeFromSysfs(sysfs_root, g.pci_bus_id);
+    g.numa_node = numa_node_from_sysfs(sysfs_root, g.pci_bus_id);
     inv.gpus.push_back(std::move(g));
   }
   return inv;
 }
 
-int NumaNodeFromSysfs(const std::string& sysfs_root, const std::string& nvml_bus_id) {
+int numa_node_from_sysfs(const std::string& sysfs_root, const std::string& nvml_bus_id) {
   std::string id = nvml_bus_id;
   std::transform(id.begin(), id.end(), id.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

@@ -27,9 +27,9 @@ class NvmlLibrary {
 
   // Every GPU with UUID, name, memory, PCI bus id and minor number; the NUMA
   // node comes from <sysfs_root>/bus/pci/devices/<bus id>/numa_node.
-  Inventory Discover(const std::string& sysfs_root) const;
+  Inventory discover(const std::string& sysfs_root) const;
 
-  std::string ErrorString(nvml::Return r) const;
+  std::string error_string(nvml::Return r) const;
 
   nvml::DeviceGetCountFn device_get_count = nullptr;
   nvml::DeviceGetHandleByIndexFn device_get_handle_by_index = nullptr;
@@ -52,6 +52,6 @@ class NvmlLibrary {
 // NUMA node of a PCI device from sysfs: the bus id is lower-cased and its
 // 8-digit NVML domain shortened to sysfs's 4 digits; -1 or an unreadable
 // file gives kUnknownNumaNode.
-int NumaNodeFromSysfs(const std::string& sysfs_root, const std::string& nvml_bus_id);
+int numa_node_from_sysfs(const std::string& sysfs_root, const std::string& nvml_bus_id);
 
 }  // namespace cushare::plugin

@@ -43,14 +43,14 @@ void write_file(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
 
-TEST(NumaNodeFromSysfs, ReadsTheNodeOfTheBus) {
+TEST(numa_node_from_sysfs, ReadsTheNodeOfTheBus) {
   TempDir sys;
   write_file(sys.path() / "bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
   write_file(sys.path() / "bus/pci/devices/0000:5e:00.0/numa_node", "-1\n");
-  EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "00000000:3B:00.0"), 1);
-  EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "0000:3b:00.0"), 1);
-  EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "00000000:5E:00.0"), kUnknownNumaNode);
-  EXPECT_EQ(NumaNodeFromSysfs(sys.path().string(), "00000000:99:00.0"), kUnknownNumaNode);
+  EXPECT_EQ(numa_node_from_sysfs(sys.path().string(), "00000000:3B:00.0"), 1);
+  EXPECT_EQ(numa_node_from_sysfs(sys.path().string(), "0000:3b:00.0"), 1);
+  EXPECT_EQ(numa_node_from_sysfs(sys.path().string(), "00000000:5E:00.0"), kUnknownNumaNode);
+  EXPECT_EQ(numa_node_from_sysfs(sys.path().string(), "00000000:99:00.0"), kUnknownNumaNode);
 }
 
 TEST(Snapshot, AllIdsOfAnUnhealthyGpuAtOnceWithTopology) {

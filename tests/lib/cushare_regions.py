@@ -17,6 +17,7 @@ Standard library only and Python 3.7+, so the real-GPU suite (tests/gpu) and
 processes inside a test container can import it.
 """
 import collections
+import functools
 import mmap
 import os
 import struct
@@ -164,6 +165,7 @@ LIMITS_SIZE = LIMITS_REGION.size
 USAGE_SIZE = USAGE_REGION.size
 
 
+@functools.lru_cache(maxsize=None)
 def locate(kind, *path):
     """(offset, field) of a field of region `kind` ("limits" or "usage"), named
     by a path of field names, each array field followed by an index:

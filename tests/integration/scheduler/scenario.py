@@ -20,6 +20,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_regions as cr  # noqa: E402
+
 # name -> (tenants, checks). Tenant: (name, limit %, mode, kernel_us).
 # Check: ("share", tenant, target, tolerance) | ("min", tenant, value)
 #        | ("busy_share", tenant, target, tol): of the time the device was busy
@@ -373,14 +376,13 @@ def run_kill_holder(env, window, warmup):
     time.sleep(warmup)
     # The holder is whoever's limits show lease_holder=1; killing either
     # while both are busy kills a holder about half the time, so kill the one
-    # the region names (offset of lease_holder in GpuLimits: 84, gpus at 256).
+    # the region names.
     holder = None
     for _ in range(200):
         for n in ("t1", "t2"):
-            with open(os.path.join(env.run_dir, "alloc", n, "limits"), "rb") as f:
-                f.seek(256 + 84)
-                if int.from_bytes(f.read(4), "little") == 1:
-                    holder = n
+            limits = cr.read(os.path.join(env.run_dir, "alloc", n), "limits", validate=False)
+            if limits.get("gpus", 0, "lease_holder") == 1:
+                holder = n
         if holder:
             break
         time.sleep(0.002)

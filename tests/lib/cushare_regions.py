@@ -31,6 +31,12 @@ LIMITS_MAGIC = 0x544D494C48535543  # "CUSHLIMT"
 USAGE_MAGIC = 0x4741535548535543   # "CUSHUSAG"
 UNLIMITED = (1 << 64) - 1
 
+# The node run dir's names (shm/run_dir_layout.hpp).
+SOCKET_NAME = "cushared.sock"
+ALLOC_DIR_NAME = "alloc"
+LIMITS_NAME = "limits"
+USAGE_NAME = "usage"
+
 # ComputeMode and SlotState.
 MODE_BURST, MODE_CAPPED = 0, 1
 SLOT_FREE, SLOT_CLAIMING, SLOT_ACTIVE, SLOT_RECLAIMING = 0, 1, 2, 3

@@ -1,4 +1,5 @@
-// Prints the layout of shm/layout.hpp as the compiler sees it: every struct's
+// Prints the layout of shm/layout.hpp as the compiler sees it (and the run
+// dir's names, shm/run_dir_layout.hpp): every struct's
 // size and every field's offset and size, as JSON
 //   {"GpuLimits": {"size": 128, "fields": {"uuid": [0, 48], ...}}, ...}
 // ctest shm.python_region_reader compares it with the test toolkit's region
@@ -8,6 +9,7 @@
 #include <cstdio>
 
 #include "shm/layout.hpp"
+#include "shm/run_dir_layout.hpp"
 
 namespace {
 
@@ -123,9 +125,12 @@ int main() {
 
   std::printf(",\n  \"constants\": {\"layout_version\": %u, \"max_gpus\": %u, \"max_slots\": %u, "
               "\"uuid_bytes\": %zu, \"alloc_id_bytes\": %zu, \"limits_magic\": %llu, "
-              "\"usage_magic\": %llu}\n}\n",
+              "\"usage_magic\": %llu}",
               kLayoutVersion, kMaxGpus, kMaxSlots, kUuidBytes, kAllocIdBytes,
               static_cast<unsigned long long>(kLimitsMagic),
               static_cast<unsigned long long>(kUsageMagic));
+  std::printf(",\n  \"names\": {\"socket\": \"%s\", \"alloc\": \"%s\", \"limits\": \"%s\", "
+              "\"usage\": \"%s\"}\n}\n",
+              kSocketName, kAllocDirName, kLimitsName, kUsageName);
   return 0;
 }

@@ -27,7 +27,7 @@ class LayoutMatchesTheCompiler(unittest.TestCase):
 
     def test_every_struct_and_field(self):
         self.assertEqual(sorted(s.name for s in cr.STRUCTS),
-                         sorted(k for k in self.cxx if k != "constants"))
+                         sorted(k for k in self.cxx if k not in ("constants", "names")))
         for s in cr.STRUCTS:
             cxx = self.cxx[s.name]
             with self.subTest(struct=s.name):
@@ -45,6 +45,11 @@ class LayoutMatchesTheCompiler(unittest.TestCase):
                           cr.ALLOC_ID_BYTES, cr.LIMITS_MAGIC, cr.USAGE_MAGIC),
                          (c["layout_version"], c["max_gpus"], c["max_slots"], c["uuid_bytes"],
                           c["alloc_id_bytes"], c["limits_magic"], c["usage_magic"]))
+
+    def test_run_dir_names(self):
+        n = self.cxx["names"]
+        self.assertEqual((cr.SOCKET_NAME, cr.ALLOC_DIR_NAME, cr.LIMITS_NAME, cr.USAGE_NAME),
+                         (n["socket"], n["alloc"], n["limits"], n["usage"]))
 
 
 def write_region(folder, kind, magic, version, total, length):

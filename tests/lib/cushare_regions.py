@@ -166,7 +166,7 @@ USAGE_REGION = Struct("UsageRegion", [
 STRUCTS = (REGION_HEADER, GPU_LIMITS, LIMITS_REGION, GPU_USAGE, PROCESS_SLOT, USAGE_REGION)
 
 # A region by its file name: (layout, magic).
-KINDS = {"limits": (LIMITS_REGION, LIMITS_MAGIC), "usage": (USAGE_REGION, USAGE_MAGIC)}
+KINDS = {LIMITS_NAME: (LIMITS_REGION, LIMITS_MAGIC), USAGE_NAME: (USAGE_REGION, USAGE_MAGIC)}
 LIMITS_SIZE = LIMITS_REGION.size
 USAGE_SIZE = USAGE_REGION.size
 
@@ -177,20 +177,20 @@ def locate(kind, *path):
     by a path of field names, each array field followed by an index:
     locate("usage", "slots", 3, "bytes", 0)."""
     layout = KINDS[kind][0] if isinstance(kind, str) else kind
-    offset, items = 0, list(path)
+    at, items = 0, list(path)
     while True:
         f = layout.field(items.pop(0))
-        offset += f.offset
-        index = items.pop(0) if f.count > 1 and f.type != "s" and items[:1] and \
-            isinstance(items[0], int) else None
-        if index is not None:
+        at += f.offset
+        is_array = f.count > 1 and f.type != "s"
+        if is_array and items and isinstance(items[0], int):
+            index = items.pop(0)
             if not 0 <= index < f.count:
                 raise IndexError("%s.%s[%d]: %d entries" % (layout.name, f.name, index, f.count))
             elem = f.size // f.count
-            offset += index * elem
+            at += index * elem
             f = Field(f.name, f.offset, f.type, 1, elem)
         if not items:
-            return offset, f
+            return at, f
         if isinstance(f.type, str):
             raise KeyError("%s.%s is not a struct" % (layout.name, f.name))
         layout = f.type

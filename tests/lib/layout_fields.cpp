@@ -30,7 +30,9 @@ void field(const char* name, std::size_t offset, std::size_t size) {
   g_first_field = false;
 }
 
-void end() { std::printf("}}"); }
+void end() {
+  std::printf("}}");
+}
 
 }  // namespace
 
@@ -123,14 +125,15 @@ int main() {
   FIELD(UsageRegion, slots);
   end();
 
-  std::printf(",\n  \"constants\": {\"layout_version\": %u, \"max_gpus\": %u, \"max_slots\": %u, "
-              "\"uuid_bytes\": %zu, \"alloc_id_bytes\": %zu, \"limits_magic\": %llu, "
-              "\"usage_magic\": %llu}",
-              kLayoutVersion, kMaxGpus, kMaxSlots, kUuidBytes, kAllocIdBytes,
-              static_cast<unsigned long long>(kLimitsMagic),
-              static_cast<unsigned long long>(kUsageMagic));
-  std::printf(",\n  \"names\": {\"socket\": \"%s\", \"alloc\": \"%s\", \"limits\": \"%s\", "
-              "\"usage\": \"%s\"}\n}\n",
-              kSocketName, kAllocDirName, kLimitsName, kUsageName);
+  std::printf(
+      ",\n  \"constants\": {\"layout_version\": %u, \"max_gpus\": %u, \"max_slots\": %u, "
+      "\"uuid_bytes\": %zu, \"alloc_id_bytes\": %zu, \"limits_magic\": %llu, "
+      "\"usage_magic\": %llu}",
+      kLayoutVersion, kMaxGpus, kMaxSlots, kUuidBytes, kAllocIdBytes,
+      static_cast<unsigned long long>(kLimitsMagic), static_cast<unsigned long long>(kUsageMagic));
+  std::printf(
+      ",\n  \"names\": {\"socket\": \"%s\", \"alloc\": \"%s\", \"limits\": \"%s\", "
+      "\"usage\": \"%s\"}\n}\n",
+      kSocketName, kAllocDirName, kLimitsName, kUsageName);
   return 0;
 }

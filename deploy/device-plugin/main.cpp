@@ -123,7 +123,9 @@ std::vector<std::string> PresentControlNodes(const PluginConfig& config) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception no step below handles ends the plugin with a message and exit
+// status 1, not an abort.
+int main(int argc, char** argv) try {
   cushare::shm::install_mapping_guard();  // the cleaner reads tenants' usage regions
   CLI::App app{"cushare-device-plugin: fractional GPUs (cushare.io/vgpu) for the kubelet",
                "cushare-device-plugin"};
@@ -228,4 +230,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+} catch (const std::exception& e) {
+  spdlog::critical("cushare-device-plugin: {}", e.what());
+  return 1;
 }

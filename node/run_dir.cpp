@@ -107,6 +107,7 @@ Status read_status_from_regions(const std::string& run_dir, std::vector<GpuInfo>
     }
   }
   std::vector<RegionViews> views;
+  views.reserve(open.size());
   for (const auto& files : open) views.push_back(files.views());
   status.daemon = daemon_from_regions(views, now);
   return status;

@@ -19,6 +19,6 @@ nlohmann::json to_json(const GpuInfo& gpu);
 // Inverse of to_json; throws nlohmann::json::exception on a malformed document.
 Status status_from_json(const nlohmann::json& json);
 Allocation allocation_from_json(const nlohmann::json& json);
-GpuInfo gpu_info_from_json(const nlohmann::json& json);
+GpuInfo gpu_info_from_json(const nlohmann::json& g);
 
 }  // namespace cushare::tools

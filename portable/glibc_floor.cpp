@@ -24,6 +24,8 @@ extern "C" {
 CUSHARE_LOCAL char __libc_single_threaded = 0;
 
 // glibc 2.35. libgcc's unwinder asks it for the unwind table of each frame.
+// (glibc's declaration names the parameters with reserved identifiers.)
+// NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name)
 CUSHARE_LOCAL int _dl_find_object(void* pc, dl_find_object* result) noexcept {
   return cushare::portable::find_object(pc, result);
 }

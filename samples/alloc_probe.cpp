@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -156,7 +158,9 @@ class Allocator {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) ends the
+// program with a message and exit status 2, not an abort.
+int main(int argc, char** argv) try {
   std::string step_text = "256Mi", max_text, api = "alloc";
   int device = 0;
   double hold_seconds = 0;
@@ -229,4 +233,7 @@ int main(int argc, char** argv) {
   cuDevicePrimaryCtxRelease(dev);
   const bool ok = last == CUDA_SUCCESS || last == CUDA_ERROR_OUT_OF_MEMORY;
   return ok ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "alloc_probe: %s\n", e.what());
+  return 2;
 }

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -91,7 +93,9 @@ void spin_cpu(double us) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) ends the
+// program with a message and exit status 2, not an abort.
+int main(int argc, char** argv) try {
   Options o;
   CLI::App app{"Launch busy-wait kernels and report the launch rate as JSON"};
   app.add_option("--kernel-us", o.kernel_us,
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(o.threads);
   for (int t = 0; t < o.threads; ++t) threads.emplace_back(worker, t);
   for (auto& t : threads) t.join();
   const double elapsed =
@@ -267,4 +272,7 @@ int main(int argc, char** argv) {
     cuDevicePrimaryCtxRelease(dev);
   }
   return shared.errors.load() ? 3 : 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "spin_worker: %s\n", e.what());
+  return 2;
 }

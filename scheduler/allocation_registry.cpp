@@ -24,8 +24,8 @@ constexpr std::uint32_t kFolderMask =
     IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_MODIFY;
 }  // namespace
 
-AllocationRegistry::AllocationRegistry(fs::path run_dir)
-    : alloc_root_(std::move(run_dir) / shm::kAllocDirName) {
+AllocationRegistry::AllocationRegistry(const fs::path& run_dir)
+    : alloc_root_(run_dir / shm::kAllocDirName) {
   std::error_code ec;
   fs::create_directories(alloc_root_, ec);
   if (ec) throw std::runtime_error("cannot create " + alloc_root_.string() + ": " + ec.message());

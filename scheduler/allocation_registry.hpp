@@ -30,7 +30,7 @@ struct Allocation {
 
 class AllocationRegistry {
  public:
-  explicit AllocationRegistry(std::filesystem::path run_dir);
+  explicit AllocationRegistry(const std::filesystem::path& run_dir);
   ~AllocationRegistry();
   AllocationRegistry(const AllocationRegistry&) = delete;
   AllocationRegistry& operator=(const AllocationRegistry&) = delete;

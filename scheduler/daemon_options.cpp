@@ -51,7 +51,9 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
   if (!j.is_object()) throw std::runtime_error("config must be a JSON object");
   auto& sc = opts.daemon.scheduler;
   for (const auto& [key, value] : j.items()) {
-    auto number = [&]() {
+    // Named captures: clang before 16 (clang-tidy) cannot capture a
+    // structured binding.
+    auto number = [&key = key, &value = value]() {
       if (!value.is_number()) throw std::runtime_error("config key '" + key + "' must be a number");
       return value.get<double>();
     };

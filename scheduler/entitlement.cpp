@@ -1,6 +1,7 @@
 #include "scheduler/entitlement.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cushare::sched {
 
@@ -48,7 +49,7 @@ std::vector<std::uint32_t> entitlements_ppm(const std::vector<TenantPolicy>& bus
   }
   std::vector<std::uint32_t> ppm(n);
   for (std::size_t i = 0; i < n; ++i) {
-    ppm[i] = static_cast<std::uint32_t>(std::clamp(share[i], 0.0, 1.0) * 1e6 + 0.5);
+    ppm[i] = static_cast<std::uint32_t>(std::lround(std::clamp(share[i], 0.0, 1.0) * 1e6));
   }
   return ppm;
 }

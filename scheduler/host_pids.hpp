@@ -25,6 +25,8 @@ struct ProcessKey {
   std::uint64_t pidns_inode = 0;
   std::uint32_t ns_pid = 0;
   std::uint64_t start_time = 0;
+  // clang-tidy 14 takes the defaulted comparison's 0 for a null pointer.
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   auto operator<=>(const ProcessKey&) const = default;
 };
 

@@ -17,11 +17,7 @@ class Parsed {
     p.value_.emplace(std::move(value));
     return p;
   }
-  static Parsed fail(std::string message) {
-    Parsed p;
-    p.error_ = std::move(message);
-    return p;
-  }
+  static Parsed fail(std::string message) { return Parsed(Error{}, std::move(message)); }
 
   bool has_value() const { return value_.has_value(); }
   explicit operator bool() const { return value_.has_value(); }
@@ -34,7 +30,9 @@ class Parsed {
   const std::string& error() const { return error_; }
 
  private:
+  struct Error {};
   Parsed() = default;
+  Parsed(Error, std::string message) : error_(std::move(message)) {}
   std::optional<T> value_;
   std::string error_;
 };

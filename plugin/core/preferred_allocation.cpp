@@ -86,12 +86,10 @@ std::vector<std::string> prefer_allocation(const Inventory& inventory,
   Candidate* single = nullptr;
   for (auto& [pos, c] : by_gpu) {
     if (c.free_ids.size() < need()) continue;
-    if (single == nullptr) {
-      single = &c;
-    } else if (policy == PackingPolicy::kSpread ? c.free_ids.size() > single->free_ids.size()
-                                                : c.free_ids.size() < single->free_ids.size()) {
-      single = &c;
-    }
+    const bool better = single == nullptr || (policy == PackingPolicy::kSpread
+                                                  ? c.free_ids.size() > single->free_ids.size()
+                                                  : c.free_ids.size() < single->free_ids.size());
+    if (better) single = &c;
   }
   if (single != nullptr) {
     take(*single, need());

@@ -80,12 +80,12 @@ std::optional<std::string> alloc_id_of_root(std::string_view root) {
 
 }  // namespace
 
-std::optional<ManagedMount> find_managed_mount(std::string_view text) {
+std::optional<ManagedMount> find_managed_mount(std::string_view mountinfo) {
   std::optional<ManagedMount> found;
   std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t eol = std::min(text.find('\n', pos), text.size());
-    const std::string_view line = text.substr(pos, eol - pos);
+  while (pos < mountinfo.size()) {
+    const std::size_t eol = std::min(mountinfo.find('\n', pos), mountinfo.size());
+    const std::string_view line = mountinfo.substr(pos, eol - pos);
     pos = eol + 1;
     // id parent major:minor root mount-point options [optional...] - type source super
     const auto f = split(line);

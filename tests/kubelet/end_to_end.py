@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.request
 
+import cushare_test as ct  # tests/lib, on the path from scenarios.py
 import kubelet as kl
 
 GI = 1 << 30
@@ -77,18 +78,15 @@ def cushared(node, *extra):
     """The node daemon, as the DaemonSet runs it next to the plugin; its log
     is printed when the block fails."""
     assert node.args.cushared, "--cushared is required"
-    log = open(os.path.join(node.tmp, "cushared.log"), "w")
-    daemon = subprocess.Popen([node.args.cushared, "--run-dir", node.run_dir] + list(extra),
-                              env=node.env, stdout=log, stderr=subprocess.STDOUT)
+    daemon = ct.start_daemon(node.args.cushared, node.run_dir, extra, env=node.env,
+                             log_path=os.path.join(node.tmp, "cushared.log"))
     try:
         yield daemon
     except BaseException:
-        with open(os.path.join(node.tmp, "cushared.log")) as f:
-            print("---- cushared log ----\n" + f.read()[-4000:])
+        print("---- cushared log ----\n" + daemon.log())
         raise
     finally:
-        daemon.terminate()
-        daemon.wait(timeout=10)
+        daemon.stop()
 
 
 def check_compute_share(node, env, samples):

@@ -9,7 +9,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import cushare_regions as cr  # noqa: E402
 import kubelet as kl  # noqa: E402
 
 GI = 1 << 30
@@ -155,20 +156,12 @@ def nvml_uuids(lib_path, env):
 
 
 def read_limits(path):
-    """Independent reader of the `limits` region (offsets of shm/layout.hpp)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    magic, version = struct.unpack_from("<QI", data, 0)
-    assert magic == 0x544D494C48535543, "bad limits magic %x" % magic
-    alloc_id = data[32:96].split(b"\0")[0].decode()
-    gpu_count = struct.unpack_from("<I", data, 136)[0]
-    gpus = []
-    for i in range(gpu_count):
-        base = 256 + 128 * i
-        uuid = data[base:base + 48].split(b"\0")[0].decode()
-        mem, pct, weight, mode = struct.unpack_from("<QIII", data, base + 48)
-        gpus.append({"uuid": uuid, "memory": mem, "compute": pct, "weight": weight, "mode": mode})
-    return {"version": version, "alloc_id": alloc_id, "gpus": gpus}
+    """The `limits` region the plugin wrote (a whole region of this layout)."""
+    r = cr.Region.read(path, "limits")
+    gpus = [{"uuid": g["uuid"], "memory": g["memory_limit_bytes"], "compute": g["compute_limit_pct"],
+             "weight": g["weight"], "mode": g["mode"]} for g in r.gpus()]
+    return {"version": r.get("header", "layout_version"), "alloc_id": r.get("header", "alloc_id"),
+            "gpus": gpus}
 
 
 def mounts_of(resp):

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+import cushare_test as ct  # tests/lib (see __init__.py)
+
 from .nvml import Nvml, NvmlError
 from .procs import Deadline, ProcessManager, Worker, WorkerFailed
 
@@ -129,16 +131,21 @@ class Suite:
         return self.procs.spawn(name, [py, os.path.join(self.workers_dir, script)] + args, env)
 
     def start_daemon(self, node_dir: str, deadline: Deadline) -> Worker:
-        d = self.procs.spawn("cushared", [self.daemon_bin, "--run-dir", node_dir],
-                             self.base_env())
-        # No readiness message is part of the daemon's interface: give it a
-        # moment and make sure it did not exit (a bad flag, a busy socket).
-        end = time.monotonic() + deadline.cap(1.0)
-        while time.monotonic() < end:
-            if not d.alive():
-                raise WorkerFailed(f"cushared exited with {d.popen.returncode}: {d.last_output()}")
-            time.sleep(0.05)
-        return d
+        """cushared on node_dir, started by the test toolkit's launcher (ready
+        once its control socket answers) as one of this suite's workers."""
+        workers: List[Worker] = []
+
+        def spawn(argv: List[str], env: Dict[str, str]) -> subprocess.Popen:
+            workers.append(self.procs.spawn("cushared", argv, env))
+            return workers[-1].popen
+
+        try:
+            ct.start_daemon(self.daemon_bin, node_dir, env=self.base_env(), spawn=spawn,
+                            timeout=deadline.cap(10.0))
+        except ct.Failure as e:
+            output = workers[-1].last_output() if workers else ""
+            raise WorkerFailed(f"{e} {output}".strip())
+        return workers[-1]
 
     # -- ground truth -------------------------------------------------------------
     def nvml_memory(self) -> Optional[Dict[str, int]]:

@@ -3,7 +3,6 @@ share arithmetic, region validation, and process-group cleanup."""
 
 import json
 import os
-import struct
 import sys
 import tempfile
 import time
@@ -11,7 +10,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gpu"))
 
-from cushare_gpu import regions, report, shares  # noqa: E402
+from cushare_gpu import report, shares  # noqa: E402
 from cushare_gpu.checks import CHECKS, memory, select, smi  # noqa: E402
 from cushare_gpu.procs import Deadline, ProcessManager, TimeUp, WorkerFailed  # noqa: E402
 
@@ -98,45 +97,6 @@ class ShareArithmetic(unittest.TestCase):
         self.assertEqual(shares.median([3, 1, 2]), 2)
         self.assertEqual(shares.median([4, 1, 2, 3]), 2.5)
         self.assertIsNone(shares.ratio(1.0, 0))
-
-
-class RegionValidation(unittest.TestCase):
-    def _write(self, d, name, magic, version, size, length):
-        data = bytearray(length)
-        struct.pack_into("<QII Q", data, 0, magic, version, 128, size)
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(data)
-
-    def test_foreign_or_wrong_regions_are_refused(self):
-        with tempfile.TemporaryDirectory() as d:
-            self._write(d, "usage", 0x1234, 1, regions.USAGE_SIZE, regions.USAGE_SIZE)
-            with self.assertRaisesRegex(regions.RegionError, "magic"):
-                regions.read_usage(d)
-            self._write(d, "usage", regions.USAGE_MAGIC, 2, regions.USAGE_SIZE, regions.USAGE_SIZE)
-            with self.assertRaisesRegex(regions.RegionError, "version"):
-                regions.read_usage(d)
-            self._write(d, "usage", regions.USAGE_MAGIC, 1, regions.USAGE_SIZE, 4096)
-            with self.assertRaisesRegex(regions.RegionError, "size"):
-                regions.read_usage(d)
-            self.assertIsNone(regions.used_bytes(d))
-
-    def test_ledger_fields_at_their_offsets(self):
-        with tempfile.TemporaryDirectory() as d:
-            data = bytearray(regions.USAGE_SIZE)
-            struct.pack_into("<QIIQ", data, 0, regions.USAGE_MAGIC, 1, 128, regions.USAGE_SIZE)
-            struct.pack_into("<I", data, 128, 1)                       # gpu_count
-            struct.pack_into("<Q", data, 256, 3 << 30)                 # gpus[0].used_bytes
-            struct.pack_into("<Q", data, 256 + 32, 7)                  # gpus[0].launches
-            slot = regions.SLOTS_OFFSET + 5 * regions.SLOT
-            struct.pack_into("<II", data, slot, regions.SLOT_ACTIVE, 4242)
-            struct.pack_into("<Q", data, slot + 40, 1 << 30)           # bytes[0]
-            with open(os.path.join(d, "usage"), "wb") as f:
-                f.write(data)
-            self.assertEqual(regions.used_bytes(d), 3 << 30)
-            u = regions.read_usage(d)
-            self.assertEqual(u["gpus"][0]["launches"], 7)
-            self.assertEqual(regions.active_slots(d)[0]["pid"], 4242)
-            self.assertEqual(regions.active_slots(d)[0]["bytes"][0], 1 << 30)
 
 
 class ProcessCleanup(unittest.TestCase):

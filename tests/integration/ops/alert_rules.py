@@ -177,8 +177,7 @@ def main():
             samples = parse(text)
             instance = f"127.0.0.1:{port}"
             # Down: the scrape that Prometheus would make now fails.
-            node.daemon.terminate()
-            node.daemon.wait(timeout=30)
+            node.daemon.stop(timeout=30)
             try:
                 scrape(port)
                 raise ct.Failure("the daemon still answers after it stopped")

@@ -7,9 +7,7 @@ the holder ends.
   single_daemon.py CASE --build-dir BUILD
 """
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -24,14 +22,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def second(node, *args):
+def second(node, run_dir, *args):
     """A second cushared, expected to refuse at once: (exit status, output)."""
-    try:
-        r = subprocess.run([node.b.tool("cushared"), *args], env=node.env, capture_output=True,
-                           text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        raise ct.Failure(f"a second cushared {args} kept running")
-    return r.returncode, r.stdout + r.stderr
+    return ct.refused_daemon(node.b.tool("cushared"), run_dir, args, env=node.env)
 
 
 def healthz(host, port):
@@ -55,7 +48,7 @@ def case_run_dir(b):
     with ct.Node(b) as node:
         node.start_daemon("--metrics-addr", f"127.0.0.1:{free_port()}")
         # Another port, the same run dir: refused by the run dir's lock.
-        rc, out = second(node, "--run-dir", node.run_dir, "--metrics-addr",
+        rc, out = second(node, node.run_dir, "--metrics-addr",
                          f"127.0.0.1:{free_port()}")
         ct.check(rc == 1, f"second cushared on the run dir exited {rc}:\n{out}")
         ct.check("another cushared" in out and f"pid {node.daemon.pid}" in out
@@ -64,8 +57,7 @@ def case_run_dir(b):
         print(f"second daemon on the run dir: exit {rc}: {out.strip().splitlines()[-1]}")
         # The lock goes with the process, even one killed without cleanup:
         # no stale lock to remove by hand.
-        node.daemon.send_signal(signal.SIGKILL)
-        node.daemon.wait()
+        node.daemon.kill()
         os.unlink(os.path.join(node.run_dir, "cushared.sock"))
         node.start_daemon()
         ct.check(node.daemon_alive(), "a daemon after a killed one did not start")
@@ -86,7 +78,7 @@ def case_port(b):
         # Another run dir, the same port, whatever the address: refused.
         other = os.path.join(node.tmp, "run2")
         for addr in (f"127.0.0.1:{port}", f"0.0.0.0:{port}", f":{port}"):
-            rc, out = second(node, "--run-dir", other, "--metrics-addr", addr)
+            rc, out = second(node, other, "--metrics-addr", addr)
             ct.check(rc == 1 and "cannot listen on" in out and "in use" in out,
                      f"second cushared on {addr} exited {rc}:\n{out}")
         print(f"second daemon on the port: exit {rc}: {out.strip().splitlines()[-1]}")

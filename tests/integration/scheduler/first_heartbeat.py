@@ -20,6 +20,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
+
 
 def fail(msg):
     print(f"FAIL: {msg}")
@@ -59,7 +62,7 @@ def main():
         orphan_run = os.path.join(tmp, "orphan")
         os.makedirs(orphan_run)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(os.path.join(orphan_run, "cushared.sock"))  # nobody behind it
+        sock.bind(os.path.join(orphan_run, ct.SOCKET_NAME))  # nobody behind it
         orphan = timed_worker(b, env, orphan_run, "a")
         sock.close()
         if orphan < plain + 0.35:
@@ -70,19 +73,15 @@ def main():
 
         run = os.path.join(tmp, "run")
         os.makedirs(os.path.join(run, "alloc"))
-        log = open(os.path.join(tmp, "cushared.log"), "w")
-        daemon = subprocess.Popen([os.path.join(b, "bin", "cushared"), "--run-dir", run],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 10
-            while not os.path.exists(os.path.join(run, "cushared.sock")):
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    fail("cushared did not start")
-                time.sleep(0.05)
+            daemon = ct.start_daemon(os.path.join(b, "bin", "cushared"), run, env=env,
+                                     log_path=os.path.join(tmp, "cushared.log"))
+        except ct.Failure as e:
+            fail(str(e))
+        try:
             served = timed_worker(b, env, run, "fresh")
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=10)
+            daemon.stop()
         if served > plain + 0.3:
             fail(f"with a live daemon the first grant came late ({served:.2f} s vs {plain:.2f} s)")
         print(f"PASS: no daemon {plain:.2f} s, orphan socket {orphan:.2f} s, "

@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
+
 SCRAPE_BOUND_S = 1.0
 RSS_BOUND_KIB = 16 * 1024
 
@@ -295,12 +298,14 @@ def check_second_daemon(b, cushared, env, tmp, port):
     run2 = os.path.join(tmp, "run2")
     os.makedirs(os.path.join(run2, "alloc"))
     for addr in (f"127.0.0.1:{port}", f"0.0.0.0:{port}"):
-        r = subprocess.run([cushared, "--run-dir", run2, "--metrics-addr", addr], env=env,
-                           capture_output=True, text=True, timeout=30)
-        text = r.stdout + r.stderr
-        if r.returncode == 0 or "cannot listen on" not in text or "in use" not in text:
-            fail(f"a second cushared on {addr}: exit {r.returncode}\n{text}")
-    print(f"second cushared on the port: exits {r.returncode}: "
+        try:
+            rc, text = ct.refused_daemon(cushared, run2, ["--metrics-addr", addr], env=env,
+                                         timeout=30)
+        except ct.Failure as e:
+            fail(str(e))
+        if rc == 0 or "cannot listen on" not in text or "in use" not in text:
+            fail(f"a second cushared on {addr}: exit {rc}\n{text}")
+    print(f"second cushared on the port: exits {rc}: "
           f"{[l for l in text.splitlines() if 'cannot listen' in l][0].split('cushared: ')[-1]}")
 
 
@@ -329,38 +334,31 @@ def main():
             del env[k]
         port = free_port()
         log_path = os.path.join(tmp, "cushared.log")
-        log = open(log_path, "w")
-        daemon = subprocess.Popen([cushared, "--run-dir", run, "--metrics-addr",
-                                   f"127.0.0.1:{port}"], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT,
-                                  preexec_fn=daemon_fd_limit)
+
+        def healthy():
+            try:
+                return exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n", timeout=2)[0] == 200
+            except OSError:
+                return False
+
         try:
-            deadline = time.monotonic() + 15
-            while True:
-                if daemon.poll() is not None:
-                    fail(f"cushared exited {daemon.returncode}:\n{open(log_path).read()}")
-                try:
-                    if exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n", timeout=2)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    fail(f"cushared does not serve /healthz:\n{open(log_path).read()}")
-                time.sleep(0.1)
+            daemon = ct.start_daemon(cushared, run, ["--metrics-addr", f"127.0.0.1:{port}"],
+                                     env=env, log_path=log_path, ready=healthy, timeout=15,
+                                     preexec_fn=daemon_fd_limit)
+        except ct.Failure as e:
+            fail(f"cushared does not serve /healthz: {e}")
+        try:
             check_endpoints(port)
             check_big_body(port, daemon.pid)
             check_under_attack(port, daemon.pid, args.slow, args.idle)
             check_second_daemon(b, cushared, env, tmp, port)
             if exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n")[0] != 200:
                 fail("the first cushared stopped serving")
-            if daemon.poll() is not None:
+            if not daemon.alive():
                 fail(f"cushared died ({daemon.returncode}):\n{open(log_path).read()}")
         finally:
-            daemon.terminate()
-            try:
-                code = daemon.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            code = daemon.stop(timeout=15)
+            if daemon.killed:
                 fail("cushared did not stop on SIGTERM")
         if code != 0:
             fail(f"cushared exited {code} on SIGTERM:\n{open(log_path).read()}")

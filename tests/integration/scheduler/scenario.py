@@ -20,6 +20,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_regions as cr  # noqa: E402
+import cushare_test as ct  # noqa: E402
+
 # name -> (tenants, checks). Tenant: (name, limit %, mode, kernel_us).
 # Check: ("share", tenant, target, tolerance) | ("min", tenant, value)
 #        | ("busy_share", tenant, target, tol): of the time the device was busy
@@ -118,23 +122,9 @@ def shaped_checks(checks, tenants, shape):
     return out
 
 
-def priority_prefix():
-    """Scenario processes (daemon, tenants) sleep almost all the time; on a
-    loaded 2-core box their wake-ups must not queue behind compilers, since
-    the simulated GPU timeline runs in real time. Real-time round-robin when
-    allowed, else a raised nice level, else nothing."""
-    for prefix in (["chrt", "-r", "10"], ["nice", "-n", "-10"]):
-        try:
-            if subprocess.run(prefix + ["true"], capture_output=True).returncode == 0:
-                return prefix
-        except OSError:
-            pass
-    return []
-
-
-# The daemon runs raised, as deployed (systemd unit, DaemonSet); tenants run
-# at normal priority, as in production.
-PRIORITY = priority_prefix() if os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1" else []
+# The daemon runs raised (ct.priority_prefix), as deployed (systemd unit,
+# DaemonSet); tenants run at normal priority, as in production.
+RAISED = os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1"
 
 
 def log(msg):
@@ -162,19 +152,13 @@ class Env:
         self.preload = os.environ.get("CUSHARE_PRELOAD") or os.path.join(self.build, "lib", "libcushare.so")
 
     def start_daemon(self):
-        log_path = os.path.join(self.tmp, "cushared.log")
-        self.daemon_log = open(log_path, "a")
-        self.daemon = subprocess.Popen(
-            PRIORITY + [os.path.join(self.build, "bin", "cushared"), "--run-dir", self.run_dir,
-             "--quantum-ms", str(self.quantum_ms)],
-            env=self.base_env, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        time.sleep(0.2)
-        if self.daemon.poll() is not None:
-            raise RuntimeError("cushared exited at once; see " + log_path)
+        self.daemon = ct.start_daemon(
+            os.path.join(self.build, "bin", "cushared"), self.run_dir,
+            ["--quantum-ms", str(self.quantum_ms)], env=self.base_env,
+            log_path=os.path.join(self.tmp, "cushared.log"), priority=RAISED)
 
     def kill_daemon(self):
-        self.daemon.send_signal(signal.SIGKILL)
-        self.daemon.wait()
+        self.daemon.kill()
 
     def start_tenant(self, name, limit, mode, kernel_us, seconds, alloc=None):
         """One spin_worker process `name` in allocation `alloc` (default: `name`)."""
@@ -234,13 +218,8 @@ class Env:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
-        if self.daemon and self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait()
+        if self.daemon:
+            self.daemon.stop(timeout=5)
         if not self.keep:
             subprocess.run(["rm", "-rf", self.tmp])
 
@@ -373,14 +352,13 @@ def run_kill_holder(env, window, warmup):
     time.sleep(warmup)
     # The holder is whoever's limits show lease_holder=1; killing either
     # while both are busy kills a holder about half the time, so kill the one
-    # the region names (offset of lease_holder in GpuLimits: 84, gpus at 256).
+    # the region names.
     holder = None
     for _ in range(200):
         for n in ("t1", "t2"):
-            with open(os.path.join(env.run_dir, "alloc", n, "limits"), "rb") as f:
-                f.seek(256 + 84)
-                if int.from_bytes(f.read(4), "little") == 1:
-                    holder = n
+            limits = cr.read(os.path.join(env.run_dir, "alloc", n), "limits", validate=False)
+            if limits.get("gpus", 0, "lease_holder") == 1:
+                holder = n
         if holder:
             break
         time.sleep(0.002)

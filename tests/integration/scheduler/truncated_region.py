@@ -15,6 +15,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
+
 
 def fail(msg):
     print(f"FAIL: {msg}")
@@ -39,9 +42,11 @@ def main():
                             "--compute-limit", "50", "--mode", "burst"],
                            env=env, check=True, capture_output=True)
         log_path = os.path.join(tmp, "cushared.log")
-        log = open(log_path, "w")
-        daemon = subprocess.Popen([os.path.join(b, "bin", "cushared"), "--run-dir", run],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            daemon = ct.start_daemon(os.path.join(b, "bin", "cushared"), run, env=env,
+                                     log_path=log_path)
+        except ct.Failure as e:
+            fail(str(e))
         tenant = None
         try:
             deadline = time.monotonic() + 10
@@ -58,7 +63,7 @@ def main():
             time.sleep(0.5)
             os.truncate(os.path.join(run, "alloc", "victim", "usage"), 0)
             time.sleep(1.5)
-            if daemon.poll() is not None:
+            if not daemon.alive():
                 fail(f"cushared died ({daemon.returncode}) after the truncation:\n"
                      f"{open(log_path).read()}")
             text = open(log_path).read()
@@ -75,15 +80,14 @@ def main():
             if tenant.returncode != 0:
                 fail(f"the other allocation's tenant failed ({tenant.returncode}): {err}")
             tenant = None
-            if daemon.poll() is not None:
+            if not daemon.alive():
                 fail(f"cushared died ({daemon.returncode}):\n{open(log_path).read()}")
             print("ok: daemon alive, victim dropped, the other tenant ran")
         finally:
-            for p in (tenant, daemon):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
-            log.close()
+            if tenant is not None and tenant.poll() is None:
+                tenant.kill()
+                tenant.wait()
+            daemon.kill()
 
 
 if __name__ == "__main__":

@@ -12,27 +12,17 @@ Usage: attacks.py CASE --build-dir BUILD
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
 from cushare_test import GI, MI, check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OVERHEAD = 300 * MI
-
-# shm/layout.hpp offsets (usage region).
-USAGE_GPUS_AT = 256
-GPU_ENTRY = 128
-USED_BYTES = 0
-DEMAND = 8
-DRAINED_NS = 24
-BUSY_PROCESSES = 96
-SLOTS_AT = USAGE_GPUS_AT + 16 * GPU_ENTRY
-
 
 def alloc_probe(b):
     return b.sample("alloc_probe")
@@ -187,8 +177,9 @@ def case_forged_ledger(b):
         holder = c.popen([alloc_probe(b), "--step", "1Gi", "--max", "1Gi", "--hold-seconds", "30"])
         wait_for(lambda: used(folder) >= GI, "the first process's memory")
         # The tenant writes its own region (it is 0666 by design).
+        at = cr.offset("usage", "gpus", 0, "used_bytes")
         zero = ("import mmap,os,struct; fd=os.open('/var/run/cushare/usage',os.O_RDWR); "
-                f"m=mmap.mmap(fd,0); struct.pack_into('<Q',m,{USAGE_GPUS_AT},0)")
+                f"m=mmap.mmap(fd,0); struct.pack_into('<Q',m,{at},0)")
         rc, _, err = c.run(["/usr/bin/python3", "-c", zero])
         check(rc == 0, f"zeroing the ledger failed: {err}")
         t0 = time.monotonic()
@@ -229,11 +220,13 @@ def case_forged_demand(b):
         ghost = node.create("ghost", "--memory-limit", "4Gi", "--compute-limit", "50",
                             "--mode", "burst")
         # Forged: demand on GPU 0 and a slot with a made-up identity.
-        with open(os.path.join(ghost, "usage"), "r+b") as f:
-            f.seek(USAGE_GPUS_AT + DEMAND)
-            f.write(struct.pack("<I", 5))
-            f.seek(SLOTS_AT)  # slot 0: active, pid 4000000 of namespace 12345, "host PID" 1
-            f.write(struct.pack("<IIQQI", 2, 4_000_000, 12345, 1, 1))
+        usage = cr.Region.map(os.path.join(ghost, "usage"))
+        usage.set(5, "gpus", 0, "demand")
+        # Slot 0: active, pid 4000000 of namespace 12345, "host PID" 1.
+        for field, value in (("pid", 4_000_000), ("pidns_inode", 12345), ("start_time", 1),
+                             ("host_pid", 1), ("state", cr.SLOT_ACTIVE)):
+            usage.set(value, "slots", 0, field)
+        usage.close()
         worker = ct.Container(node, busy).popen(
             [b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", "4"])
         time.sleep(1.0)
@@ -502,9 +495,7 @@ def case_over_quota_log_mode(b):
 # ---------------------------------------------------------------- helpers ---
 
 def used(folder):
-    with open(os.path.join(folder, "usage"), "rb") as f:
-        f.seek(USAGE_GPUS_AT + USED_BYTES)
-        return struct.unpack("<Q", f.read(8))[0]
+    return cr.read(folder, "usage", validate=False).get("gpus", 0, "used_bytes")
 
 
 def wait_for(cond, what, timeout=15):

@@ -10,35 +10,30 @@
       declared drained just after each submission, so every lease would be
       refunded as idle.
 """
-import mmap
 import os
-import struct
 import sys
 import time
 
-GPU0 = 256  # shm/layout.hpp: usage.gpus[0]
-LAST_SUBMIT_NS = GPU0 + 16
-DRAINED_NS = GPU0 + 24
-BUSY_PROCESSES = GPU0 + 96
-IDLE_NS = GPU0 + 120
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_regions as cr  # noqa: E402
 
 
 def main():
     path, seconds = sys.argv[1], float(sys.argv[2])
     idle = "--idle" in sys.argv[3:]
-    fd = os.open(path, os.O_RDWR)
-    m = mmap.mmap(fd, 0)
+    usage = cr.Region.map(path, "usage")
+    gpu0 = ("gpus", 0)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         if idle:
-            (submit,) = struct.unpack_from("<Q", m, LAST_SUBMIT_NS)
-            (gaps,) = struct.unpack_from("<Q", m, IDLE_NS)
-            struct.pack_into("<Q", m, IDLE_NS, gaps + 2_000_000)
-            struct.pack_into("<Q", m, DRAINED_NS, submit + 1000)
+            submit = usage.get(*gpu0, "last_submit_ns")
+            gaps = usage.get(*gpu0, "idle_ns")
+            usage.set(gaps + 2_000_000, *gpu0, "idle_ns")
+            usage.set(submit + 1000, *gpu0, "drained_ns")
         else:
-            struct.pack_into("<Q", m, DRAINED_NS, now + 10**9)
-        struct.pack_into("<I", m, BUSY_PROCESSES, 0)
+            usage.set(now + 10**9, *gpu0, "drained_ns")
+        usage.set(0, *gpu0, "busy_processes")
         time.sleep(0.0002)
 
 

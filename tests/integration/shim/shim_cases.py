@@ -5,8 +5,8 @@ Each case runs real programs (samples/alloc_probe linked with -lcuda, and
 tests/integration/shim/shim_probe, which reaches the driver through dlopen +
 dlsym and cuGetProcAddress) with the shim preloaded, in a fresh temp folder
 with its own FAKEGPU_STATE and CUSHARE_RUN_DIR, and checks what they report
-against the quota, the `usage` region (the ledger, read here byte by byte
-from the layout of shm/layout.hpp) and fakegpu's ground truth.
+against the quota, the `usage` region (the ledger, read with the test
+toolkit's region reader, tests/lib/cushare_regions.py) and fakegpu's ground truth.
 
 Usage: shim_cases.py <case> --lib ... --fakegpu-dir ... --samples-dir ... --probe ...
        --stat ... --interposer ... [--preload-prefix ...]
@@ -15,27 +15,17 @@ import argparse
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
 
 GI = 1 << 30
 MI = 1 << 20
-
-# shm/layout.hpp offsets.
-HEADER = 128
-GPU_ENTRY = 128
-GPUS_AT = 256
-MAX_GPUS = 16
-SLOT = 320
-SLOTS_AT = GPUS_AT + MAX_GPUS * GPU_ENTRY
-KMAX_SLOTS = 1024
-
 
 class Failure(Exception):
     pass
@@ -47,36 +37,29 @@ def check(cond, what):
 
 
 class Usage:
+    """A snapshot of the allocation's `usage` region, read as it is (the first
+    process may still be creating it: no magic or size check)."""
+
     def __init__(self, path):
-        with open(path, "rb") as f:
-            self.data = f.read()
+        self.region = cr.Region.read(path, "usage", validate=False)
 
     def used(self, gpu=0):
-        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY)[0]
+        return self.region.get("gpus", gpu, "used_bytes")
 
     def oom_refusals(self, gpu=0):
-        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY + 56)[0]
+        return self.region.get("gpus", gpu, "oom_refusals")
 
     def last_oom_request(self, gpu=0):
-        return struct.unpack_from("<Q", self.data, GPUS_AT + gpu * GPU_ENTRY + 64)[0]
+        return self.region.get("gpus", gpu, "last_oom_request_bytes")
 
     def slots(self):
         """Active slots: list of (pid, bytes[0], overhead[0])."""
-        out = []
-        for i in range(KMAX_SLOTS):
-            base = SLOTS_AT + i * SLOT
-            state, pid = struct.unpack_from("<II", self.data, base)
-            if state == 2:
-                b = struct.unpack_from("<Q", self.data, base + 40)[0]
-                o = struct.unpack_from("<Q", self.data, base + 40 + 8 * MAX_GPUS)[0]
-                out.append((pid, b, o))
-        return out
+        return [(s["pid"], s["bytes"][0], s["overhead"][0])
+                for s in self.region.slots(states=(cr.SLOT_ACTIVE,))]
 
 
 def limit_of(run_dir, gpu=0):
-    with open(os.path.join(run_dir, "limits"), "rb") as f:
-        data = f.read()
-    return struct.unpack_from("<Q", data, GPUS_AT + gpu * GPU_ENTRY + 48)[0]
+    return cr.read(run_dir, "limits", validate=False).get("gpus", gpu, "memory_limit_bytes")
 
 
 class Harness:
@@ -322,7 +305,7 @@ def case_race_and_kill(h):
     while time.time() < deadline:
         usage_path = os.path.join(h.run_dir, "usage")
         # The first process may still be creating (sizing) the file.
-        if os.path.exists(usage_path) and os.path.getsize(usage_path) >= SLOTS_AT:
+        if os.path.exists(usage_path) and os.path.getsize(usage_path) >= cr.offset("usage", "slots"):
             peak_ledger = max(peak_ledger, h.usage().used())
         truth = h.truth()
         peak_truth = max(peak_truth, truth["devices"][0]["memory_used"])
@@ -587,7 +570,7 @@ assert cu.cuCtxSetCurrent(ctx) == 0
 rc = cu.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
 time.sleep(0.2)
 with open(os.path.join(os.environ["CUSHARE_RUN_DIR"], "usage"), "rb") as f:
-    busy = struct.unpack_from("<I", f.read(512), 256 + 96)[0]
+    busy = struct.unpack_from("<I", f.read(BUSY_AT + 4), BUSY_AT)[0]
 print("[%d, %d]" % (rc, busy))
 """
 
@@ -596,14 +579,14 @@ def case_failed_launch(h):
     """A launch the driver refuses queues nothing: the process must not stay
     counted among the allocation's busy processes (the daemon would never see
     the allocation drained, and every hand-off would wait for the drain bound)."""
-    out, _ = h.run(["/usr/bin/python3", "-c", FAILED_LAUNCH], {"CUSHARE_COMPUTE_MODE": "burst"})
+    script = FAILED_LAUNCH.replace("BUSY_AT", str(cr.offset("usage", "gpus", 0, "busy_processes")))
+    out, _ = h.run(["/usr/bin/python3", "-c", script], {"CUSHARE_COMPUTE_MODE": "burst"})
     check(out[0] != 0, f"the invalid launch fails: {out}")
     check(out[1] == 0, f"busy processes after a failed launch: {out}")
 
 
 def read_demand(h):
-    with open(os.path.join(h.run_dir, "usage"), "rb") as f:
-        return struct.unpack_from("<I", f.read(GPUS_AT + 16), GPUS_AT + 8)[0]
+    return cr.read(h.run_dir, "usage", validate=False).get("gpus", 0, "demand")
 
 
 def case_gate_demand(h):

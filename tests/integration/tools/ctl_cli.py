@@ -11,9 +11,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import sys
 import time
 
 from test_checks import check, fail
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import cushare_test as ct  # noqa: E402
 
 ARGS = None
 
@@ -97,7 +101,7 @@ def case_errors(tmp):
     # A stale socket (daemon crashed) is "daemon down", not a hang or a crash.
     import socket
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(os.path.join(run, "cushared.sock"))
+    s.bind(os.path.join(run, ct.SOCKET_NAME))
     s.close()
     _, _, err = ctl("--run-dir", run, "set", "team-a", "--weight", "2", expect=1)
     one_line_error(err, "not running")
@@ -455,18 +459,6 @@ def case_arg_checks(tmp):
     check(json.loads(out)["gpus"][0]["memory"]["limit_bytes"] == 3 << 29, "1.5Gi is not 1.5 GiB")
 
 
-def priority_prefix():
-    """The simulated GPU runs in real time: on a loaded machine the daemon's and
-    tenants' wake-ups must not queue behind compilers (as tests/integration/scheduler)."""
-    for prefix in (["chrt", "-r", "10"], ["nice", "-n", "-10"]):
-        try:
-            if subprocess.run(prefix + ["true"], capture_output=True).returncode == 0:
-                return prefix
-        except OSError:
-            pass
-    return []
-
-
 class Node:
     """cushared plus tenants under libcushare.so on fakegpu, in `tmp`."""
 
@@ -478,17 +470,18 @@ class Node:
         self.env.pop("CUSHARE_RUN_DIR", None)
         self.env.update({"FAKEGPU_STATE": os.path.join(tmp, "fakegpu.state"), "FAKEGPU_DEVICES": "H100:80Gi:132",
                          "LD_LIBRARY_PATH": ARGS.fakegpu_dir})
-        self.priority = priority_prefix()
-        args = self.priority + [ARGS.daemon, "--run-dir", self.run, "--quantum-ms", "10"]
+        # The simulated GPU runs in real time: on a loaded machine the daemon's
+        # and tenants' wake-ups must not queue behind compilers.
+        self.priority = ct.priority_prefix()
+        args = ["--quantum-ms", "10"]
         if metrics_port:
             args += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
-        self.log = open(os.path.join(tmp, "cushared.log"), "w")
-        self.daemon = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.procs = [self.daemon]
-        deadline = time.time() + 10
-        while not os.path.exists(os.path.join(self.run, "cushared.sock")):
-            check(self.daemon.poll() is None and time.time() < deadline, "cushared did not open its socket")
-            time.sleep(0.05)
+        try:
+            self.daemon = ct.start_daemon(ARGS.daemon, self.run, args, env=self.env, priority=True,
+                                          log_path=os.path.join(tmp, "cushared.log"))
+        except ct.Failure as e:
+            fail(str(e))
+        self.procs = []
 
     def tenant_env(self, name, **limits):
         env = dict(self.env)
@@ -529,6 +522,7 @@ class Node:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        self.daemon.stop(timeout=5)
 
 
 def case_set_live(tmp):

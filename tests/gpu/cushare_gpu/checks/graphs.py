@@ -3,7 +3,8 @@ free nodes) is counted against the quota, a graph that needs more than the
 quota is refused, and graph launches pass the launch gate (a 30 % capped
 tenant that only launches graphs gets 30 % of the GPU)."""
 
-from .. import regions
+import cushare_regions as regions
+
 from ..procs import Deadline
 from ..report import CheckResult
 from ..suite_context import MiB, Suite
@@ -104,7 +105,8 @@ def _gated(suite: Suite, r: CheckResult, d: Deadline) -> None:
                         suite.tenant_env(run_dir, memory=QUOTA_TEXT, compute=30, mode="capped"))
         done = w.wait_event("done", d, seconds + 60)
         w.stop()
-        usage = regions.read_usage(run_dir) if regions.used_bytes(run_dir) is not None else None
+        usage = ({"gpus": regions.read(run_dir, "usage").gpus()}
+                 if regions.used_bytes(run_dir) is not None else None)
     finally:
         daemon.stop(grace=0.5)
     busy = done.get("busy_fraction")

@@ -104,7 +104,7 @@ def driver_fill(suite: Suite, r: CheckResult, d: Deadline) -> None:
     ready = w.wait_event("ready", d, 60)
     got = w.wait_event("allocated", d, 60)
     nvml = suite.process_memory(w.pid, baseline)
-    from .. import regions
+    import cushare_regions as regions
     ledger = regions.used_bytes(run_dir)
     r.details.update(ready=_clean(ready), allocated=_clean(got), nvml=nvml, ledger_used=ledger)
     w.send("release")
@@ -148,7 +148,7 @@ def shared_quota(suite: Suite, r: CheckResult, d: Deadline) -> None:
         source = "nvml device used minus baseline (pids not listed)"
     else:
         nvml_sum, source = sum(per_pid), "nvml per-process"
-    from .. import regions
+    import cushare_regions as regions
     ledger = regions.used_bytes(run_dir)
     slots = regions.active_slots(run_dir)
     r.details.update(allocated=[_clean(g) for g in got], nvml_per_process=per_pid,
@@ -176,7 +176,7 @@ def _clean(msg):
 
 def triton_kernels(suite: Suite, r: CheckResult, d: Deadline) -> None:
     """Check 2f: Triton kernels run under the shim and pass its launch gate."""
-    from .. import regions
+    import cushare_regions as regions
     fw = suite.framework("triton")
     torch = suite.framework("torch")
     if not fw.get("available") or not torch.get("available"):
@@ -190,9 +190,9 @@ def triton_kernels(suite: Suite, r: CheckResult, d: Deadline) -> None:
                         suite.tenant_env(run_dir, memory=QUOTA_TEXT,
                                          extra={"TRITON_CACHE_DIR": cache}))
     w.wait_event("ready", d, 180)
-    before = regions.read_usage(run_dir)["gpus"][0]["launches"]
+    before = regions.read(run_dir, "usage").get("gpus", 0, "launches")
     done = w.wait_event("done", d, 60)
-    after = regions.read_usage(run_dir)["gpus"][0]["launches"]
+    after = regions.read(run_dir, "usage").get("gpus", 0, "launches")
     w.stop()
     r.details["done"] = _clean(done)
     r.measure("Triton vector add computes correctly under the shim", "true", done.get("correct"),

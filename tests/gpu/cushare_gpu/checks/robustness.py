@@ -5,7 +5,9 @@ and a new process in X must be able to use the full quota again."""
 
 import time
 
-from .. import regions, shares
+import cushare_regions as regions
+
+from .. import shares
 from ..procs import Deadline
 from ..report import CheckResult
 from ..suite_context import GiB, MiB, Suite
@@ -62,7 +64,7 @@ def _run(suite: Suite, r: CheckResult, d: Deadline, node: str) -> None:
         time.sleep(0.05)
     after = regions.used_bytes(x_dir)
     try:
-        lease_holder = regions.read_limits(x_dir)["gpus"][0]["lease_holder"]
+        lease_holder = regions.read(x_dir, "limits").get("gpus", 0, "lease_holder")
     except (regions.RegionError, IndexError):
         lease_holder = None
     t_after0 = max(time.monotonic(), t_kill + 1.0)

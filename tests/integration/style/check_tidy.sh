@@ -1,0 +1,99 @@
+#!/bin/bash
+# Usage: check_tidy.sh SOURCE_DIR BUILD_DIR [--all]
+#
+# Runs clang-tidy (the checks of SOURCE_DIR/.clang-tidy) over the repo's own
+# C/C++ translation units in BUILD_DIR/compile_commands.json: tracked files
+# only, so generated code and build folders never count. Fails on any finding.
+#
+# The whole tree takes longer than a ctest may on a small machine, so by
+# default it checks what changed since the merge base with $CUSHARE_TIDY_BASE
+# (default: main; on that branch itself, its last commit), uncommitted changes
+# included: each changed source file, and each file that includes a changed
+# header. At most $CUSHARE_TIDY_MAX_FILES (60) files; the rest are named.
+# --all (or CUSHARE_TIDY_ALL=1) checks every file.
+#
+# Only the folders below, the ones swept clean so far; add a folder once
+# `check_tidy.sh SRC BUILD --all` passes with it.
+dirs=(deploy node portable samples scheduler)
+set -u
+src=$1
+build=$2
+all=${CUSHARE_TIDY_ALL:-0}
+[ "${3:-}" = "--all" ] && all=1
+cd "$src" || exit 2
+command -v clang-tidy >/dev/null || { echo "clang-tidy not installed: skipped"; exit 77; }
+git rev-parse --git-dir >/dev/null 2>&1 || { echo "not a git checkout: skipped"; exit 77; }
+db=$build/compile_commands.json
+[ -f "$db" ] || { echo "no $db (CMAKE_EXPORT_COMPILE_COMMANDS): skipped"; exit 77; }
+
+# Translation units of the build that are tracked files of the repo.
+mapfile -t units < <(python3 - "$db" "$PWD" "${dirs[@]}" <<'PY'
+import json, os, subprocess, sys
+db, root = sys.argv[1], sys.argv[2]
+tracked = set(subprocess.run(["git", "ls-files", "*.c", "*.cc", "*.cpp"], capture_output=True,
+                             text=True, check=True).stdout.split())
+seen = set()
+dirs = tuple(d + "/" for d in sys.argv[3:])
+for entry in json.load(open(db)):
+    path = os.path.relpath(os.path.join(entry["directory"], entry["file"]), root)
+    if path in tracked and path.startswith(dirs) and path not in seen:
+        seen.add(path)
+        print(path)
+PY
+)
+
+if [ "$all" = 1 ]; then
+  files=("${units[@]}")
+  what="all ${#files[@]} translation units"
+else
+  base_ref=${CUSHARE_TIDY_BASE:-main}
+  base=$(git merge-base HEAD "$base_ref" 2>/dev/null || true)
+  if [ -z "$base" ] || [ "$base" = "$(git rev-parse HEAD)" ]; then
+    base=$(git rev-parse -q --verify HEAD~1 || git hash-object -t tree /dev/null)
+  fi
+  mapfile -t changed < <({ git diff --name-only "$base" --; git ls-files --others --exclude-standard; } |
+                         sort -u)
+  declare -A want=()
+  for u in "${units[@]}"; do
+    for c in "${changed[@]}"; do
+      if [ "$u" = "$c" ]; then want[$u]=1; fi
+    done
+  done
+  for c in "${changed[@]}"; do
+    case "$c" in
+      *.h | *.hpp)
+        [ -f "$c" ] || continue
+        for u in "${units[@]}"; do
+          grep -q "#include \"$c\"" "$u" 2>/dev/null && want[$u]=1
+        done ;;
+    esac
+  done
+  mapfile -t files < <(printf '%s\n' "${!want[@]}" | sed '/^$/d' | sort)
+  max=${CUSHARE_TIDY_MAX_FILES:-60}
+  if ((${#files[@]} > max)); then
+    echo "${#files[@]} files changed; checking the first $max, not:"
+    printf '  %s\n' "${files[@]:max}"
+    files=("${files[@]:0:max}")
+  fi
+  what="${#files[@]} translation units changed since $(git rev-parse --short "$base")"
+fi
+if ((${#files[@]} == 0)); then
+  echo "clang-tidy: nothing to check ($what)"
+  exit 0
+fi
+
+# Findings in the repo's own headers count too; system, third-party and
+# generated headers (under the build folder) do not.
+filter="^$PWD/(portable|shm|node|shim|scheduler|tools|deploy|samples|tests)/"
+jobs=$(nproc 2>/dev/null || echo 2)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+printf '%s\n' "${files[@]}" |
+  xargs -P "$jobs" -n 1 clang-tidy -p "$build" --quiet --header-filter="$filter" >"$out" 2>&1
+status=$?
+grep -E ': (warning|error): ' "$out" | sort -u
+if ((status != 0)) || grep -qE ': (warning|error): ' "$out"; then
+  echo "clang-tidy: findings in $what (checks: .clang-tidy)"
+  exit 1
+fi
+echo "clang-tidy: $what clean"

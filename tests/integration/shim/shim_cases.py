@@ -759,7 +759,8 @@ def case_vmm_share_fd(h):
     """A VMM allocation exported by a process of one allocation (quota 1Gi)
     and imported through a file descriptor by a process of another: the device
     is charged once, the importer's ledger not at all, the bytes are shared,
-    the memory outlives the exporter's release and returns after both."""
+    the memory outlives the exporter's release and returns after both; the
+    importer's kernels pass its own allocation's gate."""
     size, quota, sock = 512 * MI, GI, os.path.join(h.tmp, "share.sock")
     other = os.path.join(h.tmp, "run2")
     probe = [h.a.share_probe, "--socket", sock, "--bytes", str(size)]
@@ -799,6 +800,10 @@ def case_vmm_share_fd(h):
         last = json.loads(importer.stdout.readline() or "{}")
         check(importer.wait(timeout=30) == 0 and last.get("still_there"),
               f"importer: {last} {importer.stderr.read()}")
+        # Its kernels passed its own allocation's gate.
+        launches = cr.Region.read(os.path.join(other, "usage"), "usage").get("gpus", 0, "launches")
+        check(launches == last["launches"],
+              f"the importer's gate counted {launches} launches of {last['launches']}")
     finally:
         for p in (exporter, importer):
             if p and p.poll() is None:

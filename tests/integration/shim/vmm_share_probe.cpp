@@ -9,7 +9,8 @@
 //   import  receive the descriptor, import, map, set access, read the
 //           exporter's pattern, write another, tell the exporter, print
 //           {"mapped"}; after a line on stdin read it again (the memory
-//           outlives the exporter's release), unmap, release, print, exit
+//           outlives the exporter's release), launch kLaunches kernels (the
+//           gate counts them in this allocation), unmap, release, print, exit
 #include <cuda.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "probe_driver.hpp"
+#include "samples/spin_kernel_ptx.hpp"
 
 namespace {
 
@@ -35,6 +37,22 @@ using probe::fail;
 
 constexpr auto kFd = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 constexpr std::size_t kPattern = 1 << 20;  // bytes of the pattern copied each way
+constexpr int kLaunches = 8;
+
+// Launches kLaunches spin kernels and waits for them.
+void launch_kernels() {
+  CUmodule module = nullptr;
+  expect(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
+  CUfunction spin = nullptr;
+  expect(cuModuleGetFunction(&spin, module, "spin"), "cuModuleGetFunction");
+  for (int i = 0; i < kLaunches; ++i) {
+    std::uint64_t ns = 100'000;
+    void* params[] = {&ns};
+    expect(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+  }
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  expect(cuModuleUnload(module), "cuModuleUnload");
+}
 
 sockaddr_un address(const std::string& path) {
   sockaddr_un a{};
@@ -172,9 +190,12 @@ int importer(const std::string& path, std::size_t bytes) {
   std::string line;
   std::getline(std::cin, line);  // the test has looked at the ground truth
   const bool still_there = has_pattern(va, 2);
+  launch_kernels();
   unmap_all(va, bytes);
   expect(cuMemRelease(handle), "cuMemRelease");
-  say({{"still_there", still_there}, {"free_released", probe::free_view()}});
+  say({{"still_there", still_there},
+       {"launches", kLaunches},
+       {"free_released", probe::free_view()}});
   return 0;
 }
 

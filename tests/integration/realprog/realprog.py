@@ -25,9 +25,8 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_here, "..", "..", "lib"))
-sys.path.insert(0, os.path.join(_here, "..", "..", "gpu"))
+import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
-from cushare_gpu import regions  # noqa: E402
 
 MI = ct.MI
 QUOTA = ct.GI
@@ -72,8 +71,8 @@ def run_case(case, b):
         print(f"{case}: {got}")
 
         dev = node.device()
-        usage = regions.read_usage(node.run_dir)
-        gpu = usage["gpus"][0]
+        usage = cr.Region.read(os.path.join(node.run_dir, "usage"), "usage")
+        gpu = {k: usage.get("gpus", 0, k) for k in ("launches", "oom_refusals", "used_bytes")}
         peak = dev["memory_used_peak"]
         print(f"device peak {peak / MI:.1f} MiB, quota {QUOTA / MI:.0f} MiB; ledger: "
               f"{gpu['launches']} launches, {gpu['oom_refusals']} refusals")
@@ -91,7 +90,7 @@ def run_case(case, b):
                  f"{got['launches']}")
         ct.check(dev["memory_used"] == 0, f"{dev['memory_used']} bytes left on the device")
         ct.check(gpu["used_bytes"] == 0, f"{gpu['used_bytes']} bytes left in the ledger")
-        live = [s for s in usage["slots"] if s["state"] == regions.SLOT_ACTIVE]
+        live = usage.slots(states=(cr.SLOT_ACTIVE,))
         ct.check(not live, f"slots still active after the program exited: {live}")
 
 

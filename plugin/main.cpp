@@ -149,6 +149,7 @@ void run_all(std::vector<std::unique_ptr<PluginRunner>>& runners) {
   std::mutex mu;
   std::exception_ptr first_error;
   std::vector<std::thread> threads;
+  threads.reserve(runners.size());
   for (auto& runner : runners) {
     threads.emplace_back([&, r = runner.get()] {
       try {

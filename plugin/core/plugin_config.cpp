@@ -84,7 +84,7 @@ ProfileConfig get_profile(const json& v, const std::string& at) {
   }
   ProfileConfig p;
   for (const auto& [key, value] : v.items()) {
-    const std::string k = at + "." + key;
+    const std::string k = fmt::format("{}.{}", at, key);
     if (key == "resourceName") {
       p.resource_name = get<std::string>(value, k);
     } else if (key == "gpus") {

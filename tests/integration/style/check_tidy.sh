@@ -14,7 +14,7 @@
 #
 # Only the folders below, the ones swept clean so far; add a folder once
 # `check_tidy.sh SRC BUILD --all` passes with it.
-dirs=(deploy node portable samples scheduler)
+dirs=(node plugin portable samples scheduler)
 set -u
 src=$1
 build=$2

@@ -12,6 +12,7 @@
 
 #include "tests/integration/fakegpu/array_desc.hpp"
 #include "tests/integration/fakegpu/cu_expect.hpp"
+#include "tests/integration/fakegpu/primary_fixture.hpp"
 
 namespace {
 
@@ -20,24 +21,8 @@ constexpr uint64_t kGranule = 2 * kMiB;
 
 using fakegpu_test::shape;
 
-class Sizes : public ::testing::Test {
+class Sizes : public fakegpu_test::LeavesNothingCharged {
  protected:
-  static void SetUpTestSuite() {
-    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
-    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
-  }
-  void SetUp() override {
-    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
-    free_before_ = free_now();
-  }
-  // Whatever a test refused or released left nothing charged.
-  void TearDown() override { EXPECT_EQ(free_now(), free_before_); }
-
-  static size_t free_now() {
-    size_t free = 0, total = 0;
-    EXPECT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
-    return free;
-  }
   size_t used_since() const { return free_before_ - free_now(); }
 
   // Creates the array, checks its charge and destroys it.
@@ -59,9 +44,6 @@ class Sizes : public ::testing::Test {
     EXPECT_EQ(used_since(), bytes);
     EXPECT_CU(CUDA_SUCCESS, cuMipmappedArrayDestroy(m));
   }
-
-  static inline CUcontext ctx_ = nullptr;
-  size_t free_before_ = 0;
 };
 
 TEST_F(Sizes, DevicesReportAnH100sTextureLimits) {

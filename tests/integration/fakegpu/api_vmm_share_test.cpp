@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "tests/integration/fakegpu/cu_expect.hpp"
+#include "tests/integration/fakegpu/primary_fixture.hpp"
 
 namespace {
 
@@ -28,25 +29,7 @@ void* as_os_handle(int fd) {
   return reinterpret_cast<void*>(static_cast<intptr_t>(fd));
 }
 
-class VmmShare : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
-    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
-  }
-  void SetUp() override {
-    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
-    free_before_ = free_now();
-  }
-  void TearDown() override { EXPECT_EQ(free_now(), free_before_); }
-  static size_t free_now() {
-    size_t free = 0, total = 0;
-    EXPECT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
-    return free;
-  }
-  static inline CUcontext ctx_ = nullptr;
-  size_t free_before_ = 0;
-};
+class VmmShare : public fakegpu_test::LeavesNothingCharged {};
 
 TEST_F(VmmShare, OnlyRequestedFileDescriptorsAreExported) {
   CUmemGenericAllocationHandle plain = 0, shareable = 0;

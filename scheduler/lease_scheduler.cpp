@@ -244,12 +244,13 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
   }
 }
 
-void LeaseScheduler::end_lease(std::uint64_t now, bool idle) {
+void LeaseScheduler::end_lease(std::uint64_t now, bool idle, bool ran_dry) {
   if (!holder_) return;
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (it->tenant == *holder_ && it->end_ns == 0) {
       it->end_ns = std::max(now, it->start_ns);
       it->idle_release = idle;
+      it->ran_dry = ran_dry;
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
       break;
     }
@@ -302,19 +303,47 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
   return end;
 }
 
+// Whether another tenant waits for the GPU and could be granted it now.
+bool LeaseScheduler::contended(const Tenant& t, std::uint64_t now) const {
+  return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
+    return &kv.second != &t && !kv.second.removed && kv.second.signals.waiting > 0 &&
+           (kv.second.policy.mode != Mode::kCapped ||
+            kv.second.cap_clock <= static_cast<double>(now));
+  });
+}
+
 bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
   const TenantSignals& s = t.signals;
   if (s.waiting > 0 || !s.drained_past(s.last_submit_ns)) return false;
   const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
   const std::uint64_t last_activity = std::max({s.last_submit_ns, s.drained_ns, lease_start});
-  const bool contended = std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
-    return &kv.second != &t && !kv.second.removed && kv.second.signals.waiting > 0 &&
-           (kv.second.policy.mode != Mode::kCapped ||
-            kv.second.cap_clock <= static_cast<double>(now));
-  });
-  return now >= last_activity +
-                    (contended ? std::min(config_.contended_idle_grace_ns, config_.idle_grace_ns)
-                               : config_.idle_grace_ns);
+  return now >= last_activity + (contended(t, now) ? std::min(config_.contended_idle_grace_ns,
+                                                              config_.idle_grace_ns)
+                                                   : config_.idle_grace_ns);
+}
+
+// When the holder counts as starved (starved_grace_ns) unless it renews its
+// estimate or submits first; nullopt: it cannot starve now. Only once it has
+// submitted under this lease: before that its waiting thread has not woken
+// for the grant yet, which is hand-off cost, not starvation. Not while several
+// of its processes have work in flight: each publishes its own estimate, the
+// latest is not the allocation's.
+std::optional<std::uint64_t> LeaseScheduler::starved_deadline(const Tenant& t) const {
+  const TenantSignals& s = t.signals;
+  const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
+  if (s.waiting == 0 || s.busy_processes > 1 || s.expected_drain_ns == 0 ||
+      s.last_submit_ns < lease_start) {
+    return std::nullopt;
+  }
+  const std::uint64_t ran_dry = s.drained_past(s.last_submit_ns)
+                                    ? std::max(s.drained_ns, s.last_submit_ns)
+                                    : std::max(s.expected_drain_ns, s.last_submit_ns);
+  return ran_dry + config_.starved_grace_ns;
+}
+
+bool LeaseScheduler::holder_starved(const Tenant& t, std::uint64_t now) const {
+  const auto deadline = starved_deadline(t);
+  return deadline && now >= *deadline && contended(t, now);
 }
 
 // Whether the tenant would use the GPU if it held the lease now.
@@ -384,6 +413,9 @@ std::uint64_t LeaseScheduler::handoff_deferral(TenantId next, std::uint64_t now)
     if (it == tenants_.end() || it->second.removed) continue;
     const TenantSignals& s = it->second.signals;
     if (s.drained_past(s.last_submit_ns) || s.drained_past(r.submit_mark_ns)) continue;
+    // Given back starved: its work ended by its estimate, and its poller, as
+    // starved as its launching thread, may publish the drain only much later.
+    if (r.ran_dry && s.last_submit_ns <= r.submit_mark_ns) continue;
     const std::uint64_t expected = std::min(s.expected_drain_ns, r.end_ns + config_.drain_bound_ns);
     const std::uint64_t until = expected > now + config_.handoff_lead_ns
                                     ? expected - config_.handoff_lead_ns
@@ -430,14 +462,17 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 
   if (holder_) {
     Tenant& h = tenants_.at(*holder_);
-    if (!h.removed && holder_idle(h, now)) {
+    const bool starved = !h.removed && holder_starved(h, now);
+    if (!h.removed && (starved || holder_idle(h, now))) {
       // Given back for idleness: the idle grace it waited out was charged
       // as the lease ran, and was not use. (A gap its gate measures later
       // begins before its next lease, and only its part inside that lease
-      // is reported, so nothing is refunded twice.)
+      // is reported, so nothing is refunded twice.) A starved holder's work
+      // ran until its estimated drain.
       const TenantSignals& sig = h.signals;
-      const std::uint64_t last = std::max(
-          {sig.last_submit_ns, sig.drained_ns, records_.empty() ? 0 : records_.back().start_ns});
+      const std::uint64_t last =
+          std::max({sig.last_submit_ns, sig.drained_ns, starved ? sig.expected_drain_ns : 0,
+                    records_.empty() ? 0 : records_.back().start_ns});
       if (now > last) {
         const std::uint64_t before = h.stats.refunded_ns;
         h.pending_refund = std::min(h.pending_refund + (now - last), config_.refund_horizon_ns);
@@ -445,7 +480,7 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
         h.release_refund = {
             .amount = h.stats.refunded_ns - before, .idle_since = last, .released_at = now};
       }
-      end_lease(now, true);
+      end_lease(now, true, starved);
     } else if (h.removed || now >= expiry_ns_ || preempted(now)) {
       end_lease(now);
     } else if (expiry_ns_ <= now + config_.extend_margin_ns && !expiry_cut_) {
@@ -495,6 +530,8 @@ std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
                                 : now);
     }
     next = std::min(next, std::max(now, expiry_ns_));
+    if (const auto starved = starved_deadline(tenants_.at(*holder_)); starved && *starved > now)
+      next = std::min(next, *starved);
   }
   for (const auto& [id, t] : tenants_) {
     if (t.policy.mode == Mode::kCapped && t.signals.waiting > 0 &&

@@ -39,6 +39,14 @@ struct SchedulerConfig {
   // is refunded to it (it is charged busy time), so holding the GPU idle
   // costs only the others; a short gap (a sync bubble) is still bridged.
   std::uint64_t contended_idle_grace_ns = 300'000;
+  // A holder whose thread waits at its gate while its work ran out this long
+  // ago, by its own estimate (expected_drain_ns) and with nothing submitted
+  // since, gives the lease back while another tenant waits. A thread that
+  // waits for its queue renews the estimate each time it wakes, which is
+  // before the estimate passes, so one that did not is not getting a CPU (a
+  // loaded host) and the GPU idles under its lease; so does the poller that
+  // would publish the drain, so the estimate is what there is.
+  std::uint64_t starved_grace_ns = 300'000;
   // Work of a former holder still running this long after its lease ended is
   // no longer charged to it (hung kernel, lost drain marks).
   std::uint64_t drain_bound_ns = 100'000'000;
@@ -193,6 +201,7 @@ class LeaseScheduler {
     std::optional<std::uint64_t> drained_at_ns;  // when its queued work finished
     std::optional<std::uint64_t> begun_ns;       // charged from here (see resume_grace_ns)
     bool idle_release = false;                   // given back for idleness (late_submit_ns)
+    bool ran_dry = false;  // given back starved: its work ended by its estimate (starved_grace_ns)
     bool ended_idle = false;  // its work drained before its end (drained_at_ns < end_ns)
   };
 
@@ -203,9 +212,12 @@ class LeaseScheduler {
   void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
   void refund(Tenant& t);
   void settle_release_refund(Tenant& t);
-  void end_lease(std::uint64_t now, bool idle = false);
+  void end_lease(std::uint64_t now, bool idle = false, bool ran_dry = false);
   void grant(TenantId id, std::uint64_t now);
   bool holder_idle(const Tenant& t, std::uint64_t now) const;
+  bool holder_starved(const Tenant& t, std::uint64_t now) const;
+  std::optional<std::uint64_t> starved_deadline(const Tenant& t) const;
+  bool contended(const Tenant& t, std::uint64_t now) const;
   bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;
   std::optional<TenantId> choose(std::uint64_t now);
   bool still_first_at_expiry(std::uint64_t now) const;

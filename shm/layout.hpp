@@ -123,9 +123,11 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   std::atomic<std::uint64_t> last_oom_unix_ns;
   std::atomic<std::uint64_t> busy_ns;  // GPU time charged by the scheduler (metrics)
   // Launch gate: when the work submitted so far should have completed
-  // (CLOCK_MONOTONIC; last submission + estimated queue). The scheduler
-  // defers the next holder's grant until about then, so a long kernel's
-  // overrun does not share the GPU with the next holder's work.
+  // (CLOCK_MONOTONIC; last submission + estimated queue; 0 = no estimate
+  // yet). The scheduler defers the next holder's grant until about then, so a
+  // long kernel's overrun does not share the GPU with the next holder's work.
+  // A thread waiting at the gate for its queue renews it before it passes; a
+  // holder waiting at its gate past it gives the lease back (starved).
   std::atomic<std::uint64_t> expected_drain_ns;
   // Processes of the allocation with work in flight on this GPU (each also
   // sets its bit in ProcessSlot::busy_gpus, so a reclaimer can take a dead

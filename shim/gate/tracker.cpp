@@ -190,8 +190,7 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     // when the work submitted so far should be done (see GpuUsage).
     usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
     published_launches_ = end;
-    usage->expected_drain_ns.store(now + queued_estimate_ns(now, kQueueHorizonNs),
-                                   std::memory_order_relaxed);
+    publish_expected_drain(now, *usage);
   }
   // A launch racing this record keeps its own tail mark (the CAS fails);
   // either way the counts, not this mark, decide what is pending.
@@ -200,6 +199,15 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     tail_first_ns_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
   since_record_.store(0, std::memory_order_relaxed);
   last_record_ns_.store(now, std::memory_order_relaxed);
+}
+
+// 0 until the first batch completed: without a per-launch figure there is no
+// estimate, and the daemon then waits for the drain it sees (it takes a lease
+// back on a passed estimate, docs/scheduler.md "A holder whose threads starve").
+void GpuTracker::publish_expected_drain(std::uint64_t now, shm::GpuUsage& usage) const noexcept {
+  const bool known = per_launch_ns_.load(std::memory_order_relaxed) != 0;
+  usage.expected_drain_ns.store(known ? now + queued_estimate_ns(now, kQueueHorizonNs) : 0,
+                                std::memory_order_relaxed);
 }
 
 // Timing is enabled (batches are recorded once per 256 launches or 250 us,
@@ -406,6 +414,11 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     // this thread, which has the CPU now, looks for itself.
     const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
     if (complete_done_batches(usage)) return;
+    // Renewed on every wait: the daemon takes the lease back from a holder
+    // whose thread waits here while this estimate passed (a thread starved of
+    // a CPU leaves the GPU idle), and this wait ends before it passes (the
+    // excess is less than the queue).
+    publish_expected_drain(shm::monotonic_ns(), usage);
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);

@@ -57,6 +57,8 @@ class GpuTracker {
          .window = window_.load(std::memory_order_relaxed)},
         now, horizon_ns);
   }
+  // Publishes when the work submitted so far should be done (GpuUsage::expected_drain_ns).
+  void publish_expected_drain(std::uint64_t now, shm::GpuUsage& usage) const noexcept;
   std::uint64_t pending_launches() const noexcept {
     return submitted_count() - completed_.load(std::memory_order_acquire);
   }

@@ -666,5 +666,103 @@ TEST(LeaseScheduler, StepReportsTheNextDeadline) {
   EXPECT_GT(d.next_step_ns, kT0);
 }
 
+// A holder whose launching thread and poller lose the CPU on a loaded host:
+// its thread waits at the gate (demand), it submits nothing, its queue runs
+// dry at its published estimate and no drain mark comes. Driven by hand, two
+// burst tenants always waiting; returns the holder (granted at kT0).
+struct StarvedHolder {
+  explicit StarvedHolder(SchedulerConfig cfg = {}) : sched(cfg) {
+    sched.set_tenant(1, burst(1), kT0);
+    sched.set_tenant(2, burst(1), kT0);
+    signal(1, {.waiting = 1});
+    signal(2, {.waiting = 1});
+    holder = *sched.step(kT0).holder;
+    other = holder == 1 ? 2 : 1;
+    // It submits for 1 ms, its queue 2 ms ahead, then its thread waits.
+    signal(holder, {.waiting = 1,
+                    .last_submit_ns = kT0 + kMs,
+                    .expected_drain_ns = kT0 + 3 * kMs,
+                    .busy_processes = 1,
+                    .resumed_ns = kT0 + 10 * kUs});
+  }
+  void signal(TenantId id, TenantSignals s) { sched.set_signals(id, s); }
+  LeaseScheduler sched;
+  TenantId holder = 0, other = 0;
+};
+
+TEST(LeaseScheduler, AHolderStarvedOfTheCpuGivesWayOnceItsEstimatePassed) {
+  StarvedHolder h;
+  const std::uint64_t grace = h.sched.config().starved_grace_ns;
+  const LeaseDecision before = h.sched.step(kT0 + 3 * kMs + grace - kUs);
+  EXPECT_EQ(before.holder, h.holder);
+  EXPECT_LE(before.next_step_ns, kT0 + 3 * kMs + grace) << "the daemon wakes when it would starve";
+  // The next holder is granted at once: the starved poller's drain mark may
+  // come much later, and the estimate says the queue ran out.
+  const LeaseDecision d = h.sched.step(kT0 + 3 * kMs + grace);
+  EXPECT_EQ(d.holder, h.other);
+  EXPECT_EQ(d.revoked, h.holder);
+}
+
+TEST(LeaseScheduler, AHolderThatRenewsItsEstimateKeepsTheLease) {
+  StarvedHolder h;
+  const std::uint64_t grace = h.sched.config().starved_grace_ns;
+  // Its waiting thread woke before the estimate passed: the head runs long.
+  h.signal(h.holder, {.waiting = 1,
+                      .last_submit_ns = kT0 + kMs,
+                      .expected_drain_ns = kT0 + 5 * kMs,
+                      .busy_processes = 1,
+                      .resumed_ns = kT0 + 10 * kUs});
+  EXPECT_EQ(h.sched.step(kT0 + 3 * kMs + grace).holder, h.holder);
+  EXPECT_EQ(h.sched.step(kT0 + 5 * kMs + grace - kUs).holder, h.holder);
+  EXPECT_EQ(h.sched.step(kT0 + 5 * kMs + grace).holder, h.other);
+}
+
+TEST(LeaseScheduler, AStarvedHolderIsChargedUpToItsEstimatedDrain) {
+  StarvedHolder h;
+  const std::uint64_t grace = h.sched.config().starved_grace_ns;
+  const std::uint64_t released = kT0 + 3 * kMs + grace;
+  h.sched.step(released);
+  // Its poller runs at last and publishes the drain (on the GPU's clock).
+  h.signal(h.holder, {.waiting = 1,
+                      .last_submit_ns = kT0 + kMs,
+                      .drained_ns = kT0 + 3 * kMs,
+                      .expected_drain_ns = kT0 + 3 * kMs,
+                      .resumed_ns = kT0 + 10 * kUs});
+  h.sched.step(released + 5 * kMs);
+  const TenantStats st = h.sched.stats(h.holder);
+  // From its first launch to its drain, not the grace after it.
+  EXPECT_NEAR(static_cast<double>(st.attributed_ns), static_cast<double>(3 * kMs - 10 * kUs),
+              static_cast<double>(20 * kUs));
+}
+
+TEST(LeaseScheduler, AHolderThatHasNotLaunchedUnderItsLeaseIsNotStarved) {
+  // Its thread has not woken for the grant yet: that is hand-off cost.
+  StarvedHolder h;
+  h.signal(h.holder, {.waiting = 1,
+                      .last_submit_ns = kT0 - 20 * kMs,
+                      .expected_drain_ns = kT0 - 18 * kMs,
+                      .busy_processes = 0,
+                      .resumed_ns = kT0 - 20 * kMs});
+  EXPECT_EQ(h.sched.step(kT0 + 2 * kMs).holder, h.holder);
+  EXPECT_EQ(h.sched.stats(h.holder).grants, 1u) << "given back and granted again";
+}
+
+TEST(LeaseScheduler, NoStarvationJudgedOnOneOfSeveralBusyProcesses) {
+  // Each process publishes its own estimate: the latest is not the allocation's.
+  StarvedHolder h;
+  h.signal(h.holder, {.waiting = 1,
+                      .last_submit_ns = kT0 + kMs,
+                      .expected_drain_ns = kT0 + 3 * kMs,
+                      .busy_processes = 2,
+                      .resumed_ns = kT0 + 10 * kUs});
+  EXPECT_EQ(h.sched.step(kT0 + 5 * kMs).holder, h.holder);
+}
+
+TEST(LeaseScheduler, AStarvedHolderKeepsTheLeaseNobodyElseWants) {
+  StarvedHolder h;
+  h.signal(h.other, {.waiting = 0});
+  EXPECT_EQ(h.sched.step(kT0 + 5 * kMs).holder, h.holder);
+}
+
 }  // namespace
 }  // namespace cushare::sched

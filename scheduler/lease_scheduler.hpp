@@ -61,10 +61,11 @@ struct SchedulerConfig {
   // A new holder is granted only once the former holder's queued work is
   // seen drained (or the drain bound passed): its work would otherwise share
   // the GPU with the overrun. The daemon starts polling for the drain this
-  // long before the former holder's expected end.
-  std::uint64_t handoff_lead_ns = 100'000;
+  // long before the former holder's expected end: the estimate is often
+  // high by most of a kernel, and a drain seen late leaves the GPU idle.
+  std::uint64_t handoff_lead_ns = 1'000'000;
   // How often to look for the drain while a hand-off waits for it.
-  std::uint64_t drain_poll_ns = 100'000;
+  std::uint64_t drain_poll_ns = 50'000;
   // A lease is charged from the holder's first launch after the grant, not
   // from the grant: the time its waiting thread takes to wake up leaves the
   // GPU idle and is hand-off cost, like the drain observation. Only a first

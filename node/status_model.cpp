@@ -53,7 +53,7 @@ const GpuInfo* find_gpu(const std::vector<GpuInfo>& gpus, const std::string& uui
 }
 
 Allocation allocation_from_regions(const RegionViews& regions, const std::string& path,
-                                   const Now& now) {
+                                   const Now& now, ProcessSlots slots) {
   const shm::LimitsRegion& limits = *regions.limits;
   Allocation alloc;
   alloc.id = bounded_string(limits.header.alloc_id, shm::kAllocIdBytes);
@@ -102,7 +102,7 @@ Allocation allocation_from_regions(const RegionViews& regions, const std::string
     alloc.gpus.push_back(std::move(gpu));
   }
 
-  if (regions.usage != nullptr) {
+  if (regions.usage != nullptr && slots == ProcessSlots::kRead) {
     for (std::uint32_t s = 0; s < shm::kMaxSlots; ++s) {
       const shm::ProcessSlot& slot = regions.usage->slots[s];
       if (slot.state.load(std::memory_order_acquire) !=

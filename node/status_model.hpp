@@ -122,10 +122,17 @@ struct RegionViews {
   const shm::UsageRegion* usage = nullptr;
 };
 
+// Whether allocation_from_regions walks the usage region's process slots:
+// every one of them, a cache line each, which is most of its cost. kSkip
+// leaves Allocation::processes empty and each GPU's tracked_bytes,
+// overhead_bytes and processes 0, for a reader at the daemon's figures
+// cadence that needs none of them (its metrics).
+enum class ProcessSlots { kRead, kSkip };
+
 // One allocation as its regions say now. Limits fields are read under the
 // seqlock, so a concurrent `set` never shows half-applied.
 Allocation allocation_from_regions(const RegionViews& regions, const std::string& path,
-                                   const Now& now);
+                                   const Now& now, ProcessSlots slots = ProcessSlots::kRead);
 
 // What the allocations' limits regions say about the daemon (its heartbeat).
 DaemonState daemon_from_regions(const std::vector<RegionViews>& regions, const Now& now);

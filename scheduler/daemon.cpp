@@ -5,12 +5,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <set>
 
+#include "node/pod_identity_file.hpp"
 #include "scheduler/host_pids.hpp"
-#include "scheduler/pod_identity_file.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
 #include "shm/limits_seqlock.hpp"
@@ -325,7 +326,16 @@ void Daemon::ground_truth(std::uint64_t now) {
   last_truth_ns_ = now;
   std::vector<GpuProcesses> gpus;
   const auto uuids = nvml_.gpu_uuids();
-  for (unsigned i = 0; i < uuids.size(); ++i) gpu_indices_[uuids[i]] = i;
+  for (unsigned i = 0; i < uuids.size(); ++i) {
+    // A GPU NVML stops listing keeps its index: a `gpu` label that changed
+    // would start new series.
+    const int index = static_cast<int>(i);
+    const auto known = std::ranges::find(gpus_, uuids[i], &tools::GpuInfo::uuid);
+    if (known != gpus_.end())
+      known->index = index;
+    else
+      gpus_.push_back(tools::GpuInfo{.index = index, .uuid = uuids[i]});
+  }
   for (auto& uuid : uuids) {
     GpuProcesses g{.uuid = uuid};
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
@@ -502,20 +512,22 @@ void Daemon::kill_process(Allocation& a, unsigned entry, const ProcessUse& victi
       a.id, entry, why, host_pid);
 }
 
+// The scheduler's figures go into the regions first; the metrics are then
+// the node read model of those regions (what cusharectl reads too) plus what
+// only the daemon knows, built here at the figures' cadence because the
+// mappings belong to this thread.
 void Daemon::publish_figures(std::uint64_t now) {
-  DaemonMetrics m;
   auto& allocs = registry_.allocations();
-  m.allocations = allocs.size();
-  m.reclaimed_slots_total = reclaimed_slots_;
-  m.reclaimed_bytes_total = reclaimed_bytes_;
-  m.ledger_repairs_total = ledger_repairs_;
   if (now >= next_identities_ns_) {
     identities_.clear();
     for (const auto& [alloc_id, a] : allocs) {
-      if (auto who = read_pod_identity(config_.run_dir, alloc_id)) identities_[alloc_id] = *who;
+      if (auto who = tools::read_pod_identity(config_.run_dir, alloc_id))
+        identities_[alloc_id] = *who;
     }
     next_identities_ns_ = now + 1'000'000'000;
   }
+  auto snapshot = std::make_shared<MetricsSnapshot>();
+  DaemonFigures& figures = snapshot->daemon;
   for (auto& [id, ref] : tenants_) {
     auto it = allocs.find(ref.alloc_id);
     if (it == allocs.end()) continue;
@@ -537,57 +549,51 @@ void Daemon::publish_figures(std::uint64_t now) {
     ref.last_granted_ns = st.granted_ns;
     ref.last_handoffs = st.handoffs;
     ref.last_unleased_ns = st.unleased_ns;
+    const std::uint64_t busy_ns = ref.base_busy_ns + st.attributed_ns;
     gl.share_target_ppm.store(st.target_ppm, std::memory_order_relaxed);
     gl.share_achieved_ppm.store(st.achieved_ppm, std::memory_order_relaxed);
     gl.handoffs.store(ref.base_handoffs + st.handoffs, std::memory_order_relaxed);
     gl.lease_grants.store(ref.base_grants + st.grants, std::memory_order_relaxed);
     gl.granted_ns.store(ref.base_granted_ns + st.granted_ns, std::memory_order_relaxed);
     gl.unleased_busy_ns.store(ref.base_unleased_ns + st.unleased_ns, std::memory_order_relaxed);
-    if (usage)
-      usage->gpus[ref.gpu].busy_ns.store(ref.base_busy_ns + st.attributed_ns,
-                                         std::memory_order_relaxed);
+    if (usage) usage->gpus[ref.gpu].busy_ns.store(busy_ns, std::memory_order_relaxed);
 
-    const auto lim = shm::read_gpu_limits(it->second->limits.region(), ref.gpu);
-    TenantMetrics t;
-    t.allocation = ref.alloc_id;
-    t.gpu_uuid = ref.gpu_key.empty() ? ref.uuid : ref.gpu_key;
-    if (auto g = gpu_indices_.find(t.gpu_uuid); g != gpu_indices_.end())
-      t.gpu = std::to_string(g->second);
-    if (auto who = identities_.find(ref.alloc_id); who != identities_.end()) {
-      t.pod = who->second.pod;
-      t.pod_namespace = who->second.pod_namespace;
-      t.container = who->second.container;
-    }
-    t.mode = lim.mode == shm::ComputeMode::kCapped ? "capped" : "burst";
-    t.compute_limit_pct = lim.compute_limit_pct;
-    t.weight = lim.weight;
-    t.usage_valid = usage != nullptr;
-    t.over_quota_kills = gl.over_quota_kills.load(std::memory_order_relaxed);
-    t.unleased_gpu_time_ns = ref.base_unleased_ns + st.unleased_ns;
-    if (!usage) {
-      m.tenants.push_back(std::move(t));
-      continue;
-    }
-    const auto& gu = usage->gpus[ref.gpu];
-    t.memory_used_bytes = gu.used_bytes.load(std::memory_order_relaxed);
-    t.memory_quota_bytes = lim.memory_limit_bytes;
-    t.gpu_time_ns = ref.base_busy_ns + st.attributed_ns;
-    t.share_target_ppm = st.target_ppm;
-    t.share_achieved_ppm = st.achieved_ppm;
-    t.throttled_ns = gu.throttled_ns.load(std::memory_order_relaxed);
-    t.throttled_launches = gu.throttled_launches.load(std::memory_order_relaxed);
-    t.launches = gu.launches.load(std::memory_order_relaxed);
-    t.lease_grants = ref.base_grants + st.grants;
-    t.lease_handoffs = ref.base_handoffs + st.handoffs;
-    t.oom_refusals = gu.oom_refusals.load(std::memory_order_relaxed);
-    t.processes = states_[ref.alloc_id].processes.live();
-    m.tenants.push_back(std::move(t));
+    const auto state = states_.find(ref.alloc_id);
+    figures.tenants.push_back(TenantFigures{
+        .allocation = ref.alloc_id,
+        .entry = ref.gpu,
+        .gpu_uuid = ref.gpu_key.empty() ? ref.uuid : ref.gpu_key,
+        .processes = state == states_.end() || !usage ? 0 : state->second.processes.live(),
+        .gpu_time_ns = busy_ns});
   }
-  std::lock_guard lock(metrics_mutex_);
-  metrics_ = std::move(m);
+  // The heartbeat of this tick is in every region: the read model takes the
+  // daemon as up and reads the share figures. The processes the metrics show
+  // are the verified ones, so the slot walk (a cache line per slot, 1024 per
+  // allocation) stays out of the scheduling loop.
+  const tools::Now clocks{.mono_ns = now, .unix_ns = shm::realtime_ns()};
+  snapshot->allocations.reserve(allocs.size());
+  for (const auto& [alloc_id, a] : allocs) {
+    tools::Allocation alloc = tools::allocation_from_regions(
+        tools::RegionViews{.limits = &a->limits.region(), .usage = a->usage_region()},
+        a->dir.string(), clocks, tools::ProcessSlots::kSkip);
+    alloc.id = alloc_id;  // the folder name, as the read model has it on a node
+    snapshot->allocations.push_back(std::move(alloc));
+  }
+  snapshot->gpus = gpus_;
+  figures.pods = identities_;
+  figures.reclaimed_slots_total = reclaimed_slots_;
+  figures.reclaimed_bytes_total = reclaimed_bytes_;
+  figures.ledger_repairs_total = ledger_repairs_;
+  // Only the swap holds the lock: the previous snapshot is freed after it
+  // (or by a scrape still rendering it), never while a scrape waits.
+  std::shared_ptr<const MetricsSnapshot> published = std::move(snapshot);
+  {
+    std::lock_guard lock(metrics_mutex_);
+    metrics_.swap(published);
+  }
 }
 
-DaemonMetrics Daemon::metrics() const {
+std::shared_ptr<const MetricsSnapshot> Daemon::metrics() const {
   std::lock_guard lock(metrics_mutex_);
   return metrics_;
 }

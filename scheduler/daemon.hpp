@@ -13,7 +13,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "node/status_model.hpp"
 #include "scheduler/allocation_registry.hpp"
 #include "scheduler/ground_truth.hpp"
 #include "scheduler/lease_scheduler.hpp"
@@ -51,8 +53,9 @@ class Daemon {
   // One iteration (tests drive it directly).
   void tick(std::uint64_t now);
 
-  // Thread-safe copy of the figures of the last publish.
-  DaemonMetrics metrics() const;
+  // The figures of the last publish (never null), immutable: the metrics
+  // thread renders them without holding anything the loop waits for.
+  std::shared_ptr<const MetricsSnapshot> metrics() const;
   // CLOCK_MONOTONIC of the end of the last tick (0 before the first); thread-safe.
   std::uint64_t last_tick_ns() const { return last_tick_ns_.load(std::memory_order_relaxed); }
   const DaemonConfig& config() const { return config_; }
@@ -121,7 +124,7 @@ class Daemon {
   std::uint64_t next_figures_ns_ = 0;
   // Metrics labels: each GPU's NVML index (learnt with ground truth) and each
   // allocation's pod (re-read every second from the plugin's files).
-  std::map<std::string, unsigned> gpu_indices_;
+  std::vector<tools::GpuInfo> gpus_;
   std::map<std::string, shm::PodIdentity> identities_;
   std::uint64_t next_identities_ns_ = 0;
   std::uint64_t next_step_ns_ = 0;
@@ -133,7 +136,7 @@ class Daemon {
   bool any_active_ = false;
   std::atomic<std::uint64_t> last_tick_ns_{0};
   mutable std::mutex metrics_mutex_;
-  DaemonMetrics metrics_;
+  std::shared_ptr<const MetricsSnapshot> metrics_ = std::make_shared<const MetricsSnapshot>();
 };
 
 }  // namespace cushare::sched

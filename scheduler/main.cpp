@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       const std::uint64_t now = cushare::shm::monotonic_ns();
       return !g_stop.load() && (last == 0 || now < last || now - last < kHealthyTickAgeNs);
     };
-    auto metrics = [&daemon] { return render_prometheus(daemon->metrics()); };
+    auto metrics = [&daemon] { return render_prometheus(*daemon->metrics()); };
     try {
       metrics_server = std::make_unique<MetricsServer>(
           host, port, MetricsEndpoints{.metrics = metrics, .healthy = healthy});

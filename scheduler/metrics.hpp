@@ -1,53 +1,54 @@
 // Prometheus text exposition of the daemon's figures (pure rendering; the
-// HTTP side is metrics_server.hpp).
+// HTTP side is metrics_server.hpp). The regions are read through the node's
+// read model (node/status_model.hpp), the one cusharectl and the control
+// socket use; beside it come only the figures the daemon alone holds.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "node/status_model.hpp"
+#include "shm/pod_identity.hpp"
+
 namespace cushare::sched {
 
-struct TenantMetrics {
-  std::string allocation;
-  // dcgm-exporter's GPU labels, so the two join: `gpu` is the GPU's NVML
-  // index on the node ("" while NVML does not know it, e.g. a '*' entry whose
-  // GPU is not known yet), `UUID` its UUID.
-  std::string gpu;
+// A limits entry the daemon arbitrates (one series per family), with what
+// only the daemon knows of it.
+struct TenantFigures {
+  std::string allocation;  // tools::Allocation::id
+  unsigned entry = 0;      // index in tools::Allocation::gpus
+  // The GPU it is arbitrated on: the entry's UUID, or for a '*' entry the GPU
+  // NVML shows its processes on ('*' while that is not known).
   std::string gpu_uuid;
-  // The pod the allocation belongs to (RUN/identity, written by the device
-  // plugin); empty for allocations made without Kubernetes.
-  std::string pod;
-  std::string pod_namespace;
-  std::string container;
-  std::string mode;  // "capped" / "burst": a series of its own, it can change
-  std::uint32_t compute_limit_pct = 100;
-  std::uint32_t weight = 100;
-  std::uint64_t memory_used_bytes = 0;
-  std::uint64_t memory_quota_bytes = 0;  // UINT64_MAX = unlimited (not exported)
-  std::uint64_t gpu_time_ns = 0;         // attributed by the scheduler
-  std::uint32_t share_target_ppm = 0;
-  std::uint32_t share_achieved_ppm = 0;
-  std::uint64_t throttled_ns = 0;
-  std::uint64_t throttled_launches = 0;
-  std::uint64_t launches = 0;
-  std::uint64_t lease_grants = 0;
-  std::uint64_t lease_handoffs = 0;
-  std::uint64_t oom_refusals = 0;
-  std::uint32_t processes = 0;             // verified by the daemon
-  bool usage_valid = true;                 // false: its usage region is damaged, no GPU time
-  std::uint32_t over_quota_kills = 0;      // processes killed on ground truth
-  std::uint64_t unleased_gpu_time_ns = 0;  // charged from ground truth beyond its leases
+  std::uint32_t processes = 0;  // of the allocation, verified by the daemon
+  // GPU time the scheduler attributed. The usage region's busy_ns is a copy
+  // the allocation's own processes can overwrite, so metrics never read it.
+  std::uint64_t gpu_time_ns = 0;
 };
 
-struct DaemonMetrics {
-  std::vector<TenantMetrics> tenants;
-  std::uint64_t allocations = 0;
+// What the daemon holds beyond the regions.
+struct DaemonFigures {
+  std::vector<TenantFigures> tenants;
+  // The pod of each allocation (RUN/identity, node/pod_identity_file.hpp);
+  // absent for allocations made without Kubernetes.
+  std::map<std::string, shm::PodIdentity> pods;
   std::uint64_t reclaimed_slots_total = 0;
   std::uint64_t reclaimed_bytes_total = 0;
   std::uint64_t ledger_repairs_total = 0;
 };
 
-std::string render_prometheus(const DaemonMetrics& m);
+struct MetricsSnapshot {
+  // Every allocation the daemon manages, as the read model has its regions
+  // (the daemon's own mappings: a damaged usage region reads as none).
+  std::vector<tools::Allocation> allocations;
+  // The node's GPUs by NVML index: the `gpu` label, as dcgm-exporter's, so
+  // the two join. A UUID NVML does not know gets an empty one.
+  std::vector<tools::GpuInfo> gpus;
+  DaemonFigures daemon;
+};
+
+std::string render_prometheus(const MetricsSnapshot& m);
 
 }  // namespace cushare::sched

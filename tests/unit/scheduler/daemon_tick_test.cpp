@@ -5,7 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <atomic>
 #include <filesystem>
+#include <string>
+#include <thread>
 
 #include "scheduler/daemon.hpp"
 #include "shm/clock.hpp"
@@ -84,9 +89,68 @@ TEST_F(DaemonTick, GrantsTheLeaseToAWaitingTenantAndKeepsTheHeartbeat) {
   daemon.tick(now + 200 * kMs);
   EXPECT_EQ(g.share_target_ppm.load(), 1'000'000u);
   const auto m = daemon.metrics();
-  ASSERT_EQ(m.tenants.size(), 1u);
-  EXPECT_EQ(m.tenants[0].allocation, "a");
-  EXPECT_EQ(m.tenants[0].memory_quota_bytes, 1ull << 30);
+  ASSERT_EQ(m->daemon.tenants.size(), 1u);
+  EXPECT_EQ(m->daemon.tenants[0].allocation, "a");
+  ASSERT_EQ(m->allocations.size(), 1u);
+  EXPECT_EQ(m->allocations[0].gpus[0].memory_limit_bytes, 1ull << 30);
+}
+
+// The metrics render the regions as the daemon left them, read through the
+// node read model, except the GPU time the daemon attributed: the usage
+// region's copy of it is the tenant's to overwrite.
+TEST_F(DaemonTick, MetricsAreTheRegionsItPublishedPlusItsOwnFigures) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 50, shm::ComputeMode::kCapped);
+  auto self = shm::self_identity();
+  ASSERT_TRUE(self.has_value());
+  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+  a.usage.mutable_region().gpus[0].demand.store(1);
+  a.usage.mutable_region().gpus[0].launches.store(42);
+  std::uint64_t now = shm::monotonic_ns();
+  for (int i = 0; i < 40; ++i) daemon.tick(now += 5 * kMs);
+  const auto& g = a.limits.region().gpus[0];
+  ASSERT_GT(g.lease_grants.load(), 0u);
+  const std::uint64_t busy = a.usage.region().gpus[0].busy_ns.load();
+  a.usage.mutable_region().gpus[0].busy_ns.store(busy + 3'600'000'000'000);  // forged
+  const std::string text = render_prometheus(*daemon.metrics());
+  const std::string labels =
+      R"({allocation="a",gpu="",UUID="GPU-test-0",pod="",namespace="",container=""})";
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << line << " not in:\n" << text;
+  };
+  has("cushare_lease_grants_total" + labels + " " + std::to_string(g.lease_grants.load()));
+  has("cushare_launches_total" + labels + " 42");
+  has("cushare_compute_mode_info" + labels.substr(0, labels.size() - 1) + ",mode=\"capped\"} 1");
+  has("cushare_share_target_ratio" + labels + " 0.5");  // capped at 50 %
+  has("cushare_processes" + labels + " 1");
+  has("cushare_usage_region_valid" + labels + " 1");
+  has("cushare_allocations 1");
+  has("cushare_gpu_time_seconds_total" + labels + " " + fmt::format("{}", busy / 1e9));
+}
+
+// The metrics thread renders while the loop ticks, allocations come and go
+// (meant for the TSan build: the snapshot is all it shares).
+TEST_F(DaemonTick, MetricsAreRenderedWhileItTicks) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
+  std::atomic<bool> done{false};
+  std::size_t renders = 0;
+  std::thread scraper([&] {
+    while (!done.load()) {
+      const std::string text = render_prometheus(*daemon.metrics());
+      renders += text.empty() ? 0 : 1;
+    }
+  });
+  std::uint64_t now = shm::monotonic_ns();
+  for (int i = 0; i < 30; ++i) {
+    if (i == 10) make_alloc("b", 50, shm::ComputeMode::kCapped);
+    if (i == 20) fs::remove_all(root_ / "alloc" / "b");
+    daemon.tick(now += 100 * kMs);
+  }
+  done.store(true);
+  scraper.join();
+  EXPECT_GT(renders, 0u);
+  EXPECT_EQ(daemon.metrics()->allocations.size(), 1u);
 }
 
 TEST_F(DaemonTick, TwoTenantsAlternateAndARemovedOneLosesTheLease) {
@@ -162,8 +226,8 @@ TEST_F(DaemonTick, ForgedDemandWithoutALiveProcessGetsNoLease) {
   EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u);
   EXPECT_EQ(usage.slots[*slot].host_pid.load(), 0u) << "the forged host PID is not kept";
   const auto m = daemon.metrics();
-  ASSERT_EQ(m.tenants.size(), 1u);
-  EXPECT_EQ(m.tenants[0].processes, 0u);
+  ASSERT_EQ(m->daemon.tenants.size(), 1u);
+  EXPECT_EQ(m->daemon.tenants[0].processes, 0u);
 }
 
 TEST_F(DaemonTick, AZeroedLedgerIsRepairedFromTheLiveSlots) {
@@ -203,8 +267,10 @@ TEST_F(DaemonTick, AResizedOrReplacedUsageFileNeitherCrashesNorFreesTheAllocatio
     fs::resize_file(usage, round % 2 ? size + 1 : size / 2);
     daemon.tick(now += 20 * kMs);
     EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 0u) << round;
-    EXPECT_EQ(daemon.metrics().allocations, 1u);
+    EXPECT_EQ(daemon.metrics()->allocations.size(), 1u);
   }
+  ASSERT_EQ(daemon.metrics()->daemon.tenants.size(), 1u);
+  EXPECT_FALSE(daemon.metrics()->allocations[0].has_usage);
   // Replaced by a symbolic link to a valid region elsewhere: not followed.
   fs::remove(usage);
   { shm::UsageMapping::create(root_ / "elsewhere", {.alloc_id = "x"}); }

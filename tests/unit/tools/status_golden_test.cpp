@@ -117,6 +117,29 @@ TEST_F(StatusGolden, FutureLayoutVersionIsAProblemNotACrash) {
                RegionReadError);
 }
 
+// Without the slot walk the per-GPU figures are the same; only what is
+// counted from the slots is left out.
+TEST_F(StatusGolden, SkippingTheSlotsKeepsEveryGpuFigure) {
+  const std::string folder = allocation_dir(run_dir().string(), "team-a");
+  const AllocationFiles files = open_allocation(folder);
+  const Allocation full = allocation_from_regions(files.views(), folder, testing::fixed_now());
+  Allocation light =
+      allocation_from_regions(files.views(), folder, testing::fixed_now(), ProcessSlots::kSkip);
+  ASSERT_FALSE(full.processes.empty()) << "the scenario's team-a has processes";
+  EXPECT_TRUE(light.processes.empty());
+  ASSERT_EQ(light.gpus.size(), full.gpus.size());
+  for (std::size_t i = 0; i < full.gpus.size(); ++i) {
+    EXPECT_EQ(light.gpus[i].tracked_bytes, 0u);
+    EXPECT_EQ(light.gpus[i].overhead_bytes, 0u);
+    EXPECT_EQ(light.gpus[i].processes, 0u);
+    light.gpus[i].tracked_bytes = full.gpus[i].tracked_bytes;
+    light.gpus[i].overhead_bytes = full.gpus[i].overhead_bytes;
+    light.gpus[i].processes = full.gpus[i].processes;
+  }
+  light.processes = full.processes;
+  EXPECT_EQ(to_json(light), to_json(full));
+}
+
 TEST_F(StatusGolden, UnknownAllocationIsNotFound) {
   EXPECT_THROW(read_allocation(run_dir().string(), "nobody", testing::fixed_now()), NotFoundError);
   EXPECT_THROW(read_allocation(run_dir().string(), "../etc", testing::fixed_now()), NotFoundError);

@@ -115,6 +115,7 @@ void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint
   expiry_cut_ = false;
   // Its threads are running already: charged from now.
   records_.push_back({.tenant = id, .start_ns = now, .begun_ns = now});
+  lease_start_ns_ = now;
   cursor_ns_ = std::max(cursor_ns_, now);
   Tenant& t = tenants_.at(id);
   t.stats.grants++;
@@ -277,6 +278,7 @@ void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
   expiry_ns_ = lease_end(id, now);
   expiry_cut_ = expiry_ns_ < now + config_.quantum_ns;
   records_.push_back({.tenant = id, .start_ns = now});
+  lease_start_ns_ = now;
   t.stats.grants++;
   t.stats.granted_ns += expiry_ns_ - now;
 }
@@ -327,12 +329,12 @@ bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
 // submitted under this lease: before that its waiting thread has not woken
 // for the grant yet, which is hand-off cost, not starvation. Not while several
 // of its processes have work in flight: each publishes its own estimate, the
-// latest is not the allocation's.
+// latest is not the allocation's. (Only the current or last holder can have
+// submitted since the last grant.)
 std::optional<std::uint64_t> LeaseScheduler::starved_deadline(const Tenant& t) const {
   const TenantSignals& s = t.signals;
-  const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
-  if (s.waiting == 0 || s.busy_processes > 1 || s.expected_drain_ns == 0 ||
-      s.last_submit_ns < lease_start) {
+  if (s.waiting == 0 || s.busy_processes > 1 || s.expected_drain_ns == 0 || lease_start_ns_ == 0 ||
+      s.last_submit_ns < lease_start_ns_) {
     return std::nullopt;
   }
   const std::uint64_t ran_dry = s.drained_past(s.last_submit_ns)
@@ -354,10 +356,22 @@ bool LeaseScheduler::wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) 
 }
 
 std::optional<TenantId> LeaseScheduler::choose(std::uint64_t now) {
+  // A holder just given back starved goes after the others: granted again at
+  // once, its threads still off the CPU would hold an idle GPU for a whole
+  // lease. Alone, it is granted again (it renews or submits when it runs).
+  if (auto other = choose(now, true)) return other;
+  return choose(now, false);
+}
+
+std::optional<TenantId> LeaseScheduler::choose(std::uint64_t now, bool skip_starved) const {
   std::optional<TenantId> best;
   double best_vtime = 0;
   for (const auto& [id, t] : tenants_) {
     if (!wants_gpu(id, t, now)) continue;
+    if (skip_starved) {
+      const auto starved = starved_deadline(t);
+      if (starved && now >= *starved) continue;
+    }
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
     const double v = t.vtime;
     // Ties keep the current holder (no hand-off), then the lowest id.

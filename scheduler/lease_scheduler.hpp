@@ -221,6 +221,7 @@ class LeaseScheduler {
   bool contended(const Tenant& t, std::uint64_t now) const;
   bool wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) const;
   std::optional<TenantId> choose(std::uint64_t now);
+  std::optional<TenantId> choose(std::uint64_t now, bool skip_starved) const;
   bool still_first_at_expiry(std::uint64_t now) const;
   bool preempted(std::uint64_t now) const;
   std::uint64_t lease_end(TenantId holder, std::uint64_t now) const;
@@ -236,6 +237,7 @@ class LeaseScheduler {
   std::uint64_t expiry_ns_ = 0;
   bool expiry_cut_ = false;  // the lease ends where a tenant is expected back (lease_end)
   std::optional<TenantId> last_holder_;
+  std::uint64_t lease_start_ns_ = 0;  // when the current (or last) lease was granted
   std::uint64_t last_share_refresh_ns_ = 0;
   std::uint64_t first_step_ns_ = 0;
   std::optional<TenantId> published_holder_;

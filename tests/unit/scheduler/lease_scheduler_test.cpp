@@ -764,5 +764,51 @@ TEST(LeaseScheduler, AStarvedHolderKeepsTheLeaseNobodyElseWants) {
   EXPECT_EQ(h.sched.step(kT0 + 5 * kMs).holder, h.holder);
 }
 
+TEST(LeaseScheduler, AStarvedHolderIsNotGrantedAgainWhileAnotherWaits) {
+  // Tenant 2 (weight 4) is far behind tenant 1 in virtual time, so it would
+  // be chosen again at once; its threads are still off the CPU.
+  LeaseScheduler sched;
+  sched.set_tenant(1, burst(1), kT0);
+  sched.set_tenant(2, burst(4), kT0);
+  sched.set_signals(1, {.waiting = 1});
+  sched.set_signals(2, {.waiting = 0});
+  ASSERT_EQ(sched.step(kT0).holder, 1u);
+  // Tenant 1 uses its whole lease; tenant 2 starts waiting.
+  const std::uint64_t t1_end = kT0 + 10 * kMs;
+  for (std::uint64_t t = kT0 + 100 * kUs; t < t1_end; t += 100 * kUs) {
+    sched.set_signals(1, {.last_submit_ns = t,
+                          .expected_drain_ns = t + 50 * kUs,
+                          .busy_processes = 1,
+                          .resumed_ns = kT0 + 50 * kUs});
+    sched.set_signals(2, {.waiting = 1});
+    sched.step(t);
+  }
+  sched.set_signals(1, {.waiting = 1,
+                        .last_submit_ns = t1_end - 100 * kUs,
+                        .drained_ns = t1_end - 50 * kUs,
+                        .expected_drain_ns = t1_end - 50 * kUs,
+                        .resumed_ns = kT0 + 50 * kUs});
+  ASSERT_EQ(sched.step(t1_end).holder, 2u);
+  // Tenant 2 submits for 1 ms, then starves.
+  sched.set_signals(2, {.waiting = 1,
+                        .last_submit_ns = t1_end + kMs,
+                        .expected_drain_ns = t1_end + 3 * kMs,
+                        .busy_processes = 1,
+                        .resumed_ns = t1_end + 20 * kUs});
+  const LeaseDecision d = sched.step(t1_end + 3 * kMs + sched.config().starved_grace_ns);
+  EXPECT_EQ(d.holder, 1u);
+  EXPECT_EQ(d.revoked, 2u);
+}
+
+TEST(LeaseScheduler, AStarvedHolderNobodyElseWantsIsGrantedAgain) {
+  StarvedHolder h;
+  const std::uint64_t released = kT0 + 3 * kMs + h.sched.config().starved_grace_ns;
+  ASSERT_EQ(h.sched.step(released).holder, h.other);
+  // The other tenant is done at once; the starved one still waits.
+  h.signal(h.other, {.waiting = 0});
+  const std::uint64_t later = released + 10 * kMs;
+  EXPECT_EQ(h.sched.step(later).holder, h.holder);
+}
+
 }  // namespace
 }  // namespace cushare::sched

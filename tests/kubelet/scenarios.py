@@ -380,7 +380,7 @@ def scenario_no_overcommit(node):
     memory = {u: m for u, m in zip(node.uuid_order(), (80 * GI, 16 * GI))}
     rng = random.Random(1234)
     live = {}  # alloc id -> (ids, limits)
-    refused = 0
+    refused = granted = 0
     for step in range(200):
         if live and rng.random() < 0.4:
             alloc_id = rng.choice(sorted(live))
@@ -397,13 +397,16 @@ def scenario_no_overcommit(node):
                 refused += 1  # units of two GPUs: refused, nothing promised
                 continue
             alloc_id = resp.annotations["cushare.io/alloc-id"]
+            granted += 1
             live[alloc_id] = (ids, read_limits(os.path.join(node.run_dir, "alloc", alloc_id,
                                                             "limits")))
         for uuid, card in memory.items():
             gpus = [g for _, lim in live.values() for g in lim["gpus"] if g["uuid"] == uuid]
             assert sum(g["memory"] for g in gpus) <= card, (step, uuid, gpus)
             assert sum(g["compute"] for g in gpus) <= 100, (step, uuid, gpus)
-    assert refused > 0 and len(live) > 0, (refused, len(live))
+    # Which allocation a release picks depends on the random ids, so the
+    # count left live at the end may be anything, 0 included.
+    assert refused > 0 and granted > 0, (refused, granted)
 
 
 def scenario_profiles(node):

@@ -133,13 +133,15 @@ Parsed<std::uint64_t> parse_k8s_quantity(std::string_view text) {
   }
 
   // value = mantissa * 2^exp2 * 10^(exp10 - fraction_digits), rounded up.
-  const R out_of_range = R::fail("quantity " + quoted(text) + " is out of range");
+  const auto out_of_range = [&] {
+    return R::fail("quantity " + quoted(text) + " is out of range");
+  };
   u128 v = d.mantissa;
-  if (!mul_checked(v, u128{1} << exp2, v)) return out_of_range;
+  if (!mul_checked(v, u128{1} << exp2, v)) return out_of_range();
   const int net10 = exp10 - d.fraction_digits;
   if (net10 > 0) {
-    if (net10 > 38) return v == 0 ? R::ok(0) : out_of_range;
-    if (!mul_checked(v, pow10_u128(net10), v)) return out_of_range;
+    if (net10 > 38) return v == 0 ? R::ok(0) : out_of_range();
+    if (!mul_checked(v, pow10_u128(net10), v)) return out_of_range();
   } else if (net10 < 0) {
     if (-net10 > 38) {
       v = v == 0 ? 0 : 1;
@@ -148,7 +150,7 @@ Parsed<std::uint64_t> parse_k8s_quantity(std::string_view text) {
       v = v / div + (v % div != 0 ? 1 : 0);
     }
   }
-  if (v >= static_cast<u128>(kUnlimited)) return out_of_range;
+  if (v >= static_cast<u128>(kUnlimited)) return out_of_range();
   return R::ok(static_cast<std::uint64_t>(v));
 }
 

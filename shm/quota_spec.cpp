@@ -37,6 +37,7 @@ std::string describe(const Candidate& c, const std::string& why) {
 
 std::vector<Candidate> lookup_all(const EnvLookup& env, const std::vector<std::string>& names) {
   std::vector<Candidate> out;
+  out.reserve(names.size());
   for (const auto& n : names) out.push_back({n, env(n.c_str())});
   return out;
 }

@@ -2,6 +2,7 @@
 // Exit codes: 0 ok, 1 failure, 2 usage. Errors: one line on stderr.
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <iostream>
 
 #include "node/region_reader.hpp"
@@ -42,9 +43,10 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& error) {
   const std::vector<std::string> extras = app.remaining();
   for (const std::string& word : extras) {
     if (word.empty() || word.front() == '-') continue;
-    const std::string message = "unknown command '" + word + "'";
+    std::string message = "unknown command '" + word + "'";
     if (auto near = suggest_command(word, names)) return message + ": did you mean " + *near + "?";
-    return message + ": the commands are " + commands;
+    message += ": the commands are " + commands;
+    return message;
   }
   if (!extras.empty()) return "unknown option '" + extras.front() + "'";
   if (error.get_name() == "RequiredError") return "no command given: use one of " + commands;
@@ -53,7 +55,9 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& error) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception the steps below do not handle (building the command line)
+// ends the program with a message and exit status 1, not an abort.
+int main(int argc, char** argv) try {
   cushare::shm::install_mapping_guard();  // regions a tenant can truncate while we read
   CLI::App app{"cusharectl: inspect and control cushare GPU sharing (quotas, shares, allocations)",
                "cusharectl"};
@@ -161,4 +165,7 @@ int main(int argc, char** argv) {
     std::cerr << "cusharectl: " << one_line(e.what()) << "\n";
     return kExitFailure;
   }
+} catch (const std::exception& e) {
+  std::cerr << "cusharectl: " << one_line(e.what()) << "\n";
+  return kExitFailure;
 }

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -89,14 +90,17 @@ Check check_ld_so_preload(const std::string& path, bool inside_container) {
   std::string word;
   while (in >> word)
     if (word[0] != '#') entries.push_back(word);
-  std::string cushare;
-  for (const auto& e : entries) {
+  const auto missing = std::find_if(entries.begin(), entries.end(), [](const std::string& e) {
     std::error_code ec;
-    if (!fs::exists(e, ec))
-      return make("ld.so.preload", Verdict::kFail, path + " names " + e + ", which does not exist",
-                  "fix or remove the line in " + path + " (every program prints a loader error)");
+    return !fs::exists(e, ec);
+  });
+  if (missing != entries.end())
+    return make("ld.so.preload", Verdict::kFail,
+                path + " names " + *missing + ", which does not exist",
+                "fix or remove the line in " + path + " (every program prints a loader error)");
+  std::string cushare;
+  for (const auto& e : entries)
     if (e.find("libcushare") != std::string::npos) cushare = e;
-  }
   const char* env = std::getenv("LD_PRELOAD");
   const bool env_preload = env != nullptr && std::strstr(env, "libcushare") != nullptr;
   if (!cushare.empty()) {

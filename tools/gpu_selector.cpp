@@ -49,8 +49,10 @@ std::vector<std::string> resolve_gpu_args(const std::vector<std::string>& args,
                                   "' is neither a GPU UUID (GPU-... or MIG-..., as nvidia-smi -L "
                                   "shows) nor a GPU index");
     }
-    if (std::find(uuids.begin(), uuids.end(), uuid) != uuids.end())
-      throw std::invalid_argument("--gpu " + arg + " names GPU " + uuid + " a second time");
+    if (std::find(uuids.begin(), uuids.end(), uuid) != uuids.end()) {
+      std::string message = "--gpu " + arg + " names GPU ";
+      throw std::invalid_argument(message.append(uuid).append(" a second time"));
+    }
     uuids.push_back(uuid);
   }
   return uuids;

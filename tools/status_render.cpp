@@ -258,10 +258,12 @@ std::string render_top(const Status& status, std::size_t width) {
         std::string figures = format_ppm(g.share_achieved_ppm) + " of " +
                               format_ppm(g.share_target_ppm) + " " + g.mode + "  " +
                               format_bytes(g.used_bytes) + "/" + format_quota(g.memory_limit_bytes);
-        out += fit("  " + id + share_bar(g.share_achieved_ppm, g.share_target_ppm, bar_width) +
-                       "  " + figures,
-                   width) +
-               "\n";
+        std::string line = "  " + id;
+        line += share_bar(g.share_achieved_ppm, g.share_target_ppm, bar_width);
+        line += "  ";
+        line += figures;
+        out += fit(line, width);
+        out += '\n';
       }
     }
     if (!any) out += "  (idle: no allocation)\n";

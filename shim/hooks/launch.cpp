@@ -31,13 +31,9 @@ CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
   std::uint64_t reserved = 0;
   if (st && !graph_launch_reserve(*st, exec, reserved)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = gate ? gated(stream, call) : call();
-  if (st) {
-    if (rc == CUDA_SUCCESS) {
-      graph_memory_settle(*st, reserved);
-    } else if (reserved) {
-      graph_memory_settle(*st, reserved);  // returns the reservation; nothing grew
-    }
-  }
+  // After a failure this returns the reservation (nothing grew); with none,
+  // there is nothing to settle.
+  if (st && (rc == CUDA_SUCCESS || reserved)) graph_memory_settle(*st, reserved);
   return rc;
 }
 

@@ -11,9 +11,10 @@
 // NVML_ERROR_FUNCTION_NOT_FOUND), before the hook does anything else. A
 // program built for a newer driver links to the shim's export of a function
 // the older driver lacks; without this it would call through a null pointer.
-#define CUSHARE_REAL_OR_NOT_FOUND(r, sym)                  \
-  const auto& r = ::cushare::shim::real_table_for(&::sym); \
-  if (!r.sym) [[unlikely]]                                 \
+// (`r` is the name the first line declares, never an expression.)
+#define CUSHARE_REAL_OR_NOT_FOUND(r, sym)                                        \
+  const auto& r = ::cushare::shim::real_table_for(&::sym);                       \
+  if (!r.sym) [[unlikely]] /* NOLINT(bugprone-macro-parentheses): r is a name */ \
     return ::cushare::shim::not_found_result(&::sym);
 
 // The opening of every accounted hook: initialise on first use, then either

@@ -35,9 +35,8 @@ std::uint64_t element_bytes(CUarray_format f) {
     case CU_AD_FORMAT_UNSIGNED_INT32:
     case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT:
+    default:  // packed/compressed formats too: the driver's figure settles it
       return 4;
-    default:
-      return 4;  // packed/compressed formats: the driver's figure settles it
   }
 }
 
@@ -182,50 +181,58 @@ extern "C" CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigne
   return vmm_map_array(mapInfoList, count, hStream, true);
 }
 
-extern "C" CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+extern "C" CUresult cuArrayCreate_v2(CUarray* pHandle,
+                                     const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuArrayCreate_v2)
-  CUSHARE_ACCOUNT_OR(r.cuArrayCreate_v2(pHandle, d))
-  if (!pHandle || !d) return r.cuArrayCreate_v2(pHandle, d);
+  CUSHARE_ACCOUNT_OR(r.cuArrayCreate_v2(pHandle, pAllocateArray))
+  if (!pHandle || !pAllocateArray) return r.cuArrayCreate_v2(pHandle, pAllocateArray);
   return charged_array(
       *st, "cuArrayCreate_v2", pHandle,
-      array_estimate(d->Width, d->Height, 1, d->Format, d->NumChannels),
-      [&] { return r.cuArrayCreate_v2(pHandle, d); },
+      array_estimate(pAllocateArray->Width, pAllocateArray->Height, 1, pAllocateArray->Format,
+                     pAllocateArray->NumChannels),
+      [&] { return r.cuArrayCreate_v2(pHandle, pAllocateArray); },
       [&](CUdevice dev, std::uint64_t& size) { return array_size(*pHandle, dev, size); },
       [&] { r.cuArrayDestroy(*pHandle); });
 }
 
-extern "C" CUresult cuArrayCreate(CUarray* pHandle, const legacy::ArrayDescriptorV1* d) {
+extern "C" CUresult cuArrayCreate(CUarray* pHandle,
+                                  const legacy::ArrayDescriptorV1* pAllocateArray) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuArrayCreate)
-  CUSHARE_ACCOUNT_OR(r.cuArrayCreate(pHandle, d))
-  if (!pHandle || !d) return r.cuArrayCreate(pHandle, d);
+  CUSHARE_ACCOUNT_OR(r.cuArrayCreate(pHandle, pAllocateArray))
+  if (!pHandle || !pAllocateArray) return r.cuArrayCreate(pHandle, pAllocateArray);
   return charged_array(
       *st, "cuArrayCreate", pHandle,
-      array_estimate(d->Width, d->Height, 1, d->Format, d->NumChannels),
-      [&] { return r.cuArrayCreate(pHandle, d); },
+      array_estimate(pAllocateArray->Width, pAllocateArray->Height, 1, pAllocateArray->Format,
+                     pAllocateArray->NumChannels),
+      [&] { return r.cuArrayCreate(pHandle, pAllocateArray); },
       [&](CUdevice dev, std::uint64_t& size) { return array_size(*pHandle, dev, size); },
       [&] { r.cuArrayDestroy(*pHandle); });
 }
 
-extern "C" CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+extern "C" CUresult cuArray3DCreate_v2(CUarray* pHandle,
+                                       const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuArray3DCreate_v2)
-  CUSHARE_ACCOUNT_OR(r.cuArray3DCreate_v2(pHandle, d))
-  if (!pHandle || !d) return r.cuArray3DCreate_v2(pHandle, d);
+  CUSHARE_ACCOUNT_OR(r.cuArray3DCreate_v2(pHandle, pAllocateArray))
+  if (!pHandle || !pAllocateArray) return r.cuArray3DCreate_v2(pHandle, pAllocateArray);
   return charged_array(
       *st, "cuArray3DCreate_v2", pHandle,
-      array_estimate(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
-      [&] { return r.cuArray3DCreate_v2(pHandle, d); },
+      array_estimate(pAllocateArray->Width, pAllocateArray->Height, pAllocateArray->Depth,
+                     pAllocateArray->Format, pAllocateArray->NumChannels),
+      [&] { return r.cuArray3DCreate_v2(pHandle, pAllocateArray); },
       [&](CUdevice dev, std::uint64_t& size) { return array_size(*pHandle, dev, size); },
       [&] { r.cuArrayDestroy(*pHandle); });
 }
 
-extern "C" CUresult cuArray3DCreate(CUarray* pHandle, const legacy::Array3DDescriptorV1* d) {
+extern "C" CUresult cuArray3DCreate(CUarray* pHandle,
+                                    const legacy::Array3DDescriptorV1* pAllocateArray) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuArray3DCreate)
-  CUSHARE_ACCOUNT_OR(r.cuArray3DCreate(pHandle, d))
-  if (!pHandle || !d) return r.cuArray3DCreate(pHandle, d);
+  CUSHARE_ACCOUNT_OR(r.cuArray3DCreate(pHandle, pAllocateArray))
+  if (!pHandle || !pAllocateArray) return r.cuArray3DCreate(pHandle, pAllocateArray);
   return charged_array(
       *st, "cuArray3DCreate", pHandle,
-      array_estimate(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
-      [&] { return r.cuArray3DCreate(pHandle, d); },
+      array_estimate(pAllocateArray->Width, pAllocateArray->Height, pAllocateArray->Depth,
+                     pAllocateArray->Format, pAllocateArray->NumChannels),
+      [&] { return r.cuArray3DCreate(pHandle, pAllocateArray); },
       [&](CUdevice dev, std::uint64_t& size) { return array_size(*pHandle, dev, size); },
       [&] { r.cuArrayDestroy(*pHandle); });
 }
@@ -237,17 +244,20 @@ extern "C" CUresult cuArrayDestroy(CUarray hArray) {
 }
 
 extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
-                                           const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                           const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
                                            unsigned int numMipmapLevels) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMipmappedArrayCreate)
-  CUSHARE_ACCOUNT_OR(r.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels))
-  if (!pHandle || !d) return r.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
+  CUSHARE_ACCOUNT_OR(r.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels))
+  if (!pHandle || !pMipmappedArrayDesc)
+    return r.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
   // All levels together stay below twice the base level.
   const std::uint64_t estimate =
-      2 * array_estimate(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
+      2 * array_estimate(pMipmappedArrayDesc->Width, pMipmappedArrayDesc->Height,
+                         pMipmappedArrayDesc->Depth, pMipmappedArrayDesc->Format,
+                         pMipmappedArrayDesc->NumChannels);
   return charged_array(
       *st, "cuMipmappedArrayCreate", pHandle, estimate,
-      [&] { return r.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels); },
+      [&] { return r.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels); },
       [&](CUdevice dev, std::uint64_t& size) {
         CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
         if (!r.cuMipmappedArrayGetMemoryRequirements ||

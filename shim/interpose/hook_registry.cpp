@@ -9,7 +9,7 @@ namespace cushare::shim {
 namespace {
 
 constexpr std::size_t kCount = 0
-#define CUSHARE_COUNT(sym, type, need) +1
+#define CUSHARE_COUNT(sym, type, need) +1  // NOLINT(bugprone-macro-parentheses): a term of the sum
     CUSHARE_HOOKED_DRIVER_FUNCTIONS(CUSHARE_COUNT) CUSHARE_HOOKED_NVML_FUNCTIONS(CUSHARE_COUNT)
 #undef CUSHARE_COUNT
     ;

@@ -316,7 +316,7 @@ CUresult initialize_locked() {
   auto spec = shm::quota_spec_from_env(shm::process_env(), gpus);
   if (!spec) return fail_closed(spec.error());
 
-  const fs::path dir = *alloc_dir;
+  const fs::path& dir = *alloc_dir;
   if (!managed && !(h.limits && h.usage) && is_node_run_dir(dir)) {
     return fail_closed(dir.string() +
                        " is a node run dir (the daemon's), not an allocation: set "

@@ -37,8 +37,8 @@ struct ConfigResult {
 
 using EnvLookup = std::function<const char*(const char*)>;
 
-// Reads every FAKEGPU_* knob; `env` defaults to getenv.
-ConfigResult load_config(const EnvLookup& env = nullptr);
+// Reads every FAKEGPU_* knob; `lookup` defaults to getenv.
+ConfigResult load_config(const EnvLookup& lookup = nullptr);
 
 // "name:memory:SMs[:major.minor]" separated by ';'.
 std::optional<std::vector<DeviceSpec>> parse_devices(const std::string& text, std::string& error);

@@ -63,11 +63,13 @@ CUresult copy3d(const CUDA_MEMCPY3D* p, CUstream stream, bool sync) {
 
 // cuMemcpy2DUnaligned lifts a restriction on intra-device pitches that
 // fakegpu does not impose, so both copy alike.
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D* p), copy2d(p, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* p),
-                      copy2d(p, nullptr, true))
-FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* p, CUstream s),
-                       copy2d(p, s, false))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D* p), copy3d(p, nullptr, true))
-FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* p, CUstream s),
-                       copy3d(p, s, false))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D* pCopy),
+                      copy2d(pCopy, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* pCopy),
+                      copy2d(pCopy, nullptr, true))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* pCopy, CUstream hStream),
+                       copy2d(pCopy, hStream, false))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D* pCopy),
+                      copy3d(pCopy, nullptr, true))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* pCopy, CUstream hStream),
+                       copy3d(pCopy, hStream, false))

@@ -247,34 +247,41 @@ FAKEGPU_API CUresult cuDriverGetVersion(int* driverVersion) {
   return CUDA_SUCCESS;
 }
 
-FAKEGPU_API CUresult cuGetErrorName(CUresult error, const char** pStr) {
-  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (error) {
-#define FAKEGPU_ERROR(value, name, text) \
-  case value:                            \
-    *pStr = name;                        \
-    return CUDA_SUCCESS;
+namespace {
+
+struct ErrorEntry {
+  CUresult value;
+  const char* name;
+  const char* text;
+};
+
+// Every CUresult cuda.h names, with its name and description.
+constexpr ErrorEntry kErrors[] = {
+#define FAKEGPU_ERROR(value, name, text) {value, name, text},
 #include "tests/fakegpu/cuda/error_table.inc"
 #undef FAKEGPU_ERROR
-    default:
-      *pStr = nullptr;
-      return CUDA_ERROR_INVALID_VALUE;
-  }
+};
+
+const ErrorEntry* find_error(CUresult error) {
+  for (const ErrorEntry& e : kErrors)
+    if (e.value == error) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+FAKEGPU_API CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorEntry* e = find_error(error);
+  *pStr = e ? e->name : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKEGPU_API CUresult cuGetErrorString(CUresult error, const char** pStr) {
   if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (error) {
-#define FAKEGPU_ERROR(value, name, text) \
-  case value:                            \
-    *pStr = text;                        \
-    return CUDA_SUCCESS;
-#include "tests/fakegpu/cuda/error_table.inc"
-#undef FAKEGPU_ERROR
-    default:
-      *pStr = nullptr;
-      return CUDA_ERROR_INVALID_VALUE;
-  }
+  const ErrorEntry* e = find_error(error);
+  *pStr = e ? e->text : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKEGPU_API CUresult cuDeviceGetCount(int* count) {
@@ -349,8 +356,6 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = sm.max_threads_per_block;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
-      v = 1024;
-      break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
       v = 1024;
       break;
@@ -361,8 +366,6 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = 2147483647;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
-      v = 65535;
-      break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
       v = 65535;
       break;
@@ -421,8 +424,6 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = 0x18 + physical(dev);
       break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
-      v = 0;
-      break;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
       v = 0;
       break;
@@ -430,8 +431,6 @@ FAKEGPU_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CU
       v = CU_COMPUTEMODE_DEFAULT;
       break;
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
-      v = 1;
-      break;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:

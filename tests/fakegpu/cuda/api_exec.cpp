@@ -595,8 +595,8 @@ CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int Flags)
   return submit(s, ItemKind::wait_event, 0, e->slot, e->ticket);
 }
 
-template <typename T>
-CUresult stream_field(CUstream hStream, T* out, T (*get)(Stream*)) {
+template <typename T, typename Get>
+CUresult stream_field(CUstream hStream, T* out, Get get) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
@@ -613,18 +613,19 @@ FAKEGPU_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, un
   return stream_wait_event(hStream, hEvent, Flags);
 }
 
-#define FAKEGPU_STREAM_GETTER(name, type, expr)                                      \
-  FAKEGPU_API CUresult name(CUstream hStream, type* out) {                           \
-    return stream_field<type>(hStream, out, [](Stream* s) -> type { return expr; }); \
-  }                                                                                  \
-  FAKEGPU_API CUresult name##_ptsz(CUstream hStream, type* out) {                    \
-    return stream_field<type>(hStream, out, [](Stream* s) -> type { return expr; }); \
-  }
-FAKEGPU_STREAM_GETTER(cuStreamGetFlags, unsigned int, s->flags)
-FAKEGPU_STREAM_GETTER(cuStreamGetPriority, int, s->priority)
-FAKEGPU_STREAM_GETTER(cuStreamGetId, unsigned long long, s->id)
-FAKEGPU_STREAM_GETTER(cuStreamGetCtx, CUcontext, reinterpret_cast<CUcontext>(s->ctx))
-FAKEGPU_STREAM_GETTER(cuStreamGetDevice, CUdevice, ordinal_of(s->ctx->device))
+// The stream getters (and their _ptsz twins) read one field of the stream.
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuStreamGetFlags, (CUstream hStream, unsigned int* flags),
+                       stream_field(hStream, flags, [](Stream* s) { return s->flags; }))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuStreamGetPriority, (CUstream hStream, int* priority),
+                       stream_field(hStream, priority, [](Stream* s) { return s->priority; }))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuStreamGetId, (CUstream hStream, unsigned long long* streamId),
+                       stream_field(hStream, streamId, [](Stream* s) { return s->id; }))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuStreamGetCtx, (CUstream hStream, CUcontext* pctx),
+                       stream_field(hStream, pctx,
+                                    [](Stream* s) { return reinterpret_cast<CUcontext>(s->ctx); }))
+FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuStreamGetDevice, (CUstream hStream, CUdevice* device),
+                       stream_field(hStream, device,
+                                    [](Stream* s) { return ordinal_of(s->ctx->device); }))
 
 // ---- events ----
 

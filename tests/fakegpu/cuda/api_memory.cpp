@@ -408,8 +408,6 @@ FAKEGPU_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attri
       *static_cast<unsigned long long*>(data) = base;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED:
-      *static_cast<unsigned*>(data) = 1;
-      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
       *static_cast<unsigned*>(data) = 1;
       return CUDA_SUCCESS;
@@ -430,79 +428,94 @@ FAKEGPU_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
 }
 
 // ---- copies (sync forms wait for completion on the context's default stream) ----
+// (Each entry point names its parameters as cuda.h does.)
 
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n),
-                      htod(dst, src, n, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n),
-                      dtoh(dst, src, n, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-                      dtod(dst, src, n, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n),
-                      memcpy_generic(dst, src, n, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyHtoD_v2,
+                      (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount),
+                      htod(dstDevice, srcHost, ByteCount, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoH_v2,
+                      (void* dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+                      dtoh(dstHost, srcDevice, ByteCount, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpyDtoD_v2,
+                      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
+                      dtod(dstDevice, srcDevice, ByteCount, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),
+                      memcpy_generic(dst, src, ByteCount, nullptr, true))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyHtoDAsync_v2,
-                       (CUdeviceptr dst, const void* src, size_t n, CUstream s),
-                       htod(dst, src, n, s, false))
+                       (CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                        CUstream hStream),
+                       htod(dstDevice, srcHost, ByteCount, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyDtoHAsync_v2,
-                       (void* dst, CUdeviceptr src, size_t n, CUstream s),
-                       dtoh(dst, src, n, s, false))
+                       (void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+                       dtoh(dstHost, srcDevice, ByteCount, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyDtoDAsync_v2,
-                       (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-                       dtod(dst, src, n, s, false))
+                       (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                        CUstream hStream),
+                       dtod(dstDevice, srcDevice, ByteCount, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemcpyAsync,
-                       (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
-                       memcpy_generic(dst, src, n, s, false))
+                       (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
+                       memcpy_generic(dst, src, ByteCount, hStream, false))
 
 // ---- memsets ----
 
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
-                      memset_any(d, 1, v, n, 0, 0, 0, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n),
-                      memset_any(d, 2, v, n, 0, 0, 0, nullptr, true))
-FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n),
-                      memset_any(d, 4, v, n, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N),
+                      memset_any(dstDevice, 1, uc, N, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD16_v2,
+                      (CUdeviceptr dstDevice, unsigned short us, size_t N),
+                      memset_any(dstDevice, 2, us, N, 0, 0, 0, nullptr, true))
+FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N),
+                      memset_any(dstDevice, 4, ui, N, 0, 0, 0, nullptr, true))
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D8_v2,
-                      (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),
-                      memset_any(d, 1, v, 0, p, w, h, nullptr, true))
+                      (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                       size_t Height),
+                      memset_any(dstDevice, 1, uc, 0, dstPitch, Width, Height, nullptr, true))
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D16_v2,
-                      (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),
-                      memset_any(d, 2, v, 0, p, w, h, nullptr, true))
+                      (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                       size_t Height),
+                      memset_any(dstDevice, 2, us, 0, dstPitch, Width, Height, nullptr, true))
 FAKEGPU_SYNC_AND_PTDS(CUresult, cuMemsetD2D32_v2,
-                      (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),
-                      memset_any(d, 4, v, 0, p, w, h, nullptr, true))
+                      (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                       size_t Height),
+                      memset_any(dstDevice, 4, ui, 0, dstPitch, Width, Height, nullptr, true))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD8Async,
-                       (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
-                       memset_any(d, 1, v, n, 0, 0, 0, s, false))
+                       (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+                       memset_any(dstDevice, 1, uc, N, 0, 0, 0, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD16Async,
-                       (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-                       memset_any(d, 2, v, n, 0, 0, 0, s, false))
+                       (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
+                       memset_any(dstDevice, 2, us, N, 0, 0, 0, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD32Async,
-                       (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
-                       memset_any(d, 4, v, n, 0, 0, 0, s, false))
+                       (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+                       memset_any(dstDevice, 4, ui, N, 0, 0, 0, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D8Async,
-                       (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream s),
-                       memset_any(d, 1, v, 0, p, w, h, s, false))
+                       (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                        size_t Height, CUstream hStream),
+                       memset_any(dstDevice, 1, uc, 0, dstPitch, Width, Height, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D16Async,
-                       (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream s),
-                       memset_any(d, 2, v, 0, p, w, h, s, false))
+                       (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                        size_t Height, CUstream hStream),
+                       memset_any(dstDevice, 2, us, 0, dstPitch, Width, Height, hStream, false))
 FAKEGPU_ASYNC_AND_PTSZ(CUresult, cuMemsetD2D32Async,
-                       (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream s),
-                       memset_any(d, 4, v, 0, p, w, h, s, false))
+                       (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                        size_t Height, CUstream hStream),
+                       memset_any(dstDevice, 4, ui, 0, dstPitch, Width, Height, hStream, false))
 
 // ---- arrays ----
 
-FAKEGPU_API CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
-  if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+FAKEGPU_API CUresult cuArrayCreate_v2(CUarray* pHandle,
+                                      const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
+  if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR desc{};
-  desc.Width = d->Width;
-  desc.Height = d->Height;
-  desc.Format = d->Format;
-  desc.NumChannels = d->NumChannels;
+  desc.Width = pAllocateArray->Width;
+  desc.Height = pAllocateArray->Height;
+  desc.Format = pAllocateArray->Format;
+  desc.NumChannels = pAllocateArray->NumChannels;
   return create_array(pHandle, desc);
 }
 
-FAKEGPU_API CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
-  if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return create_array(pHandle, *d);
+FAKEGPU_API CUresult cuArray3DCreate_v2(CUarray* pHandle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
+  if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return create_array(pHandle, *pAllocateArray);
 }
 
 FAKEGPU_API CUresult cuArrayDestroy(CUarray hArray) {
@@ -528,37 +541,39 @@ void fakegpu::drop_array(void* array) {
   delete a;
 }
 
-FAKEGPU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out, CUarray hArray) {
+FAKEGPU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* pArrayDescriptor,
+                                               CUarray hArray) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
   auto* a = handle_object<ArrayObject>(hArray, HandleKind::array);
   if (a == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *out = a->desc;
+  if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pArrayDescriptor = a->desc;
   return CUDA_SUCCESS;
 }
 
-FAKEGPU_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* out, CUarray hArray) {
+FAKEGPU_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* pArrayDescriptor,
+                                             CUarray hArray) {
   CUDA_ARRAY3D_DESCRIPTOR d{};
   if (CUresult r = cuArray3DGetDescriptor_v2(&d, hArray); r != CUDA_SUCCESS) return r;
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  out->Width = d.Width;
-  out->Height = d.Height;
-  out->Format = d.Format;
-  out->NumChannels = d.NumChannels;
+  if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  pArrayDescriptor->Width = d.Width;
+  pArrayDescriptor->Height = d.Height;
+  pArrayDescriptor->Format = d.Format;
+  pArrayDescriptor->NumChannels = d.NumChannels;
   return CUDA_SUCCESS;
 }
 
-FAKEGPU_API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,
-                                                  CUarray array, CUdevice dev) {
+FAKEGPU_API CUresult cuArrayGetMemoryRequirements(
+    CUDA_ARRAY_MEMORY_REQUIREMENTS* memoryRequirements, CUarray array, CUdevice dev) {
   (void)dev;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
   auto* a = handle_object<ArrayObject>(array, HandleKind::array);
-  if (req == nullptr || a == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
-  req->size = a->bytes;
-  req->alignment = 2ull << 20;
+  if (memoryRequirements == nullptr || a == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *memoryRequirements = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
+  memoryRequirements->size = a->bytes;
+  memoryRequirements->alignment = 2ull << 20;
   return CUDA_SUCCESS;
 }
 
@@ -671,15 +686,15 @@ void fakegpu::drop_mipmapped_array(void* mipmap) {
   delete m;
 }
 
-FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,
-                                                           CUmipmappedArray mipmap, CUdevice dev) {
+FAKEGPU_API CUresult cuMipmappedArrayGetMemoryRequirements(
+    CUDA_ARRAY_MEMORY_REQUIREMENTS* memoryRequirements, CUmipmappedArray mipmap, CUdevice dev) {
   (void)dev;
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> guard(driver().mu);
   auto* m = handle_object<MipmappedObject>(mipmap, HandleKind::mipmapped_array);
-  if (req == nullptr || m == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
-  req->size = m->bytes;
-  req->alignment = 2ull << 20;
+  if (memoryRequirements == nullptr || m == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *memoryRequirements = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
+  memoryRequirements->size = m->bytes;
+  memoryRequirements->alignment = 2ull << 20;
   return CUDA_SUCCESS;
 }

@@ -2,7 +2,9 @@
 // Process-local side of the simulated driver: handles (contexts, streams,
 // events, modules), the device address space with optional host backing, and
 // the helpers every API entry point uses to reach the shared engine.
-#define __CUDA_API_VERSION_INTERNAL 1  // declares every versioned export with its exact signature
+// Declares every versioned export with its exact signature: the switch
+// cuda.h reads when the driver itself includes it.
+#define __CUDA_API_VERSION_INTERNAL 1  // NOLINT(bugprone-reserved-identifier): cuda.h's name
 #include <cuda.h>
 
 #include <atomic>

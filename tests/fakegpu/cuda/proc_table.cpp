@@ -10,7 +10,7 @@ namespace fakegpu {
 const ProcEntry* proc_table(size_t* count) {
   static const ProcEntry table[] = {
 #define FAKEGPU_PROC(base, version, pt, symbol) \
-  {base, version, pt != 0, #symbol, reinterpret_cast<void*>(&symbol)},
+  {base, version, (pt) != 0, #symbol, reinterpret_cast<void*>(&(symbol))},
 #include "tests/fakegpu/cuda/proc_table.inc"
 #undef FAKEGPU_PROC
   };

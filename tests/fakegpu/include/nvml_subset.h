@@ -63,7 +63,7 @@ typedef struct nvmlDevice_st* nvmlDevice_t;
 
 /* Versioned structs carry sizeof | version << 24 in their first field. */
 #define NVML_STRUCT_VERSION(data, ver) \
-  (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
+  (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 
 typedef struct nvmlMemory_st {
   unsigned long long total;

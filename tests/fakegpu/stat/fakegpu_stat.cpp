@@ -6,6 +6,7 @@
 //   fakegpu-stat --timeline S [--period-us N] which process device 0 runs, sampled for S seconds
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 #include <nlohmann/json.hpp>
 
 #include "tests/fakegpu/core/config.hpp"
@@ -99,7 +100,9 @@ void timeline(StateFile& file, double seconds, uint64_t period_ns) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a state file it cannot read, a JSON error) ends the program
+// with a message and exit status 1, not an abort.
+int main(int argc, char** argv) try {
   bool json = false, reset = false, reset_peak = false;
   std::vector<unsigned> xid;
   CLI::App app{"fakegpu ground truth: devices, memory and GPU time per process (FAKEGPU_STATE)"};
@@ -166,4 +169,7 @@ int main(int argc, char** argv) {
     print_text(j);
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fakegpu-stat: %s\n", e.what());
+  return 1;
 }

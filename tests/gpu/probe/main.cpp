@@ -12,7 +12,9 @@
 
 using namespace cushare::gpuprobe;
 
-int main(int argc, char** argv) {
+// Every mode's failure (a CUDA error, or any other exception, building the
+// command line included) is an "error" event, a message and exit status 1.
+int main(int argc, char** argv) try {
   CLI::App app{"cushare-gpu-probe: Driver API workloads for the GPU acceptance suite"};
   app.require_subcommand(1);
 
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   s->add_option("--inflight", spin.inflight, "kernels kept queued")->check(CLI::PositiveNumber);
   s->add_option("--progress-ms", spin.progress_s, "progress line interval (ms)")
       ->check(CLI::PositiveNumber)
-      ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000.0); });
+      ->transform([](const std::string& v) { return std::to_string(std::stod(v) / 1000.0); });
   s->add_flag("--wait-go", spin.wait_go, "wait for 'go' on stdin before starting");
 
   LaunchOptions launch;
@@ -59,20 +61,18 @@ int main(int argc, char** argv) {
   n->add_option("--uuid", nvml.uuid, "device UUID (default: NVML index 0)");
 
   CLI11_PARSE(app, argc, argv);
-  try {
-    if (a->parsed()) return runAlloc(alloc);
-    if (s->parsed()) return runSpin(spin);
-    if (l->parsed()) return runLaunch(launch);
-    if (g->parsed()) return runGraph(graph);
-    if (n->parsed()) return runNvml(nvml);
-  } catch (const CudaError& e) {
-    emit({{"event", "error"}, {"message", e.what()}, {"code", static_cast<int>(e.code())}});
-    std::fprintf(stderr, "cushare-gpu-probe: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    emit({{"event", "error"}, {"message", e.what()}});
-    std::fprintf(stderr, "cushare-gpu-probe: %s\n", e.what());
-    return 1;
-  }
+  if (a->parsed()) return runAlloc(alloc);
+  if (s->parsed()) return runSpin(spin);
+  if (l->parsed()) return runLaunch(launch);
+  if (g->parsed()) return runGraph(graph);
+  if (n->parsed()) return runNvml(nvml);
   return 2;
+} catch (const CudaError& e) {
+  emit({{"event", "error"}, {"message", e.what()}, {"code", static_cast<int>(e.code())}});
+  std::fprintf(stderr, "cushare-gpu-probe: %s\n", e.what());
+  return 1;
+} catch (const std::exception& e) {
+  emit({{"event", "error"}, {"message", e.what()}});
+  std::fprintf(stderr, "cushare-gpu-probe: %s\n", e.what());
+  return 1;
 }

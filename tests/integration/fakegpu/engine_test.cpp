@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/fakegpu/core/config.hpp"
@@ -240,7 +241,7 @@ TEST(Config, QuantitiesParseLikeKubernetes) {
 
 TEST(Config, DevicesAndKnobsAreValidated) {
   auto env = [](std::map<std::string, std::string> vars) {
-    return [vars](const char* name) -> const char* {
+    return [vars = std::move(vars)](const char* name) -> const char* {
       auto it = vars.find(name);
       return it == vars.end() ? nullptr : it->second.c_str();
     };

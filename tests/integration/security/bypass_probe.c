@@ -16,7 +16,7 @@
  *
  * Linked against libcuda (fakegpu's or the real one) and libdl only.
  */
-#define _GNU_SOURCE
+#define _GNU_SOURCE /* NOLINT(bugprone-reserved-identifier): glibc's feature-test macro */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <elf.h>

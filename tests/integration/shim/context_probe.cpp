@@ -48,6 +48,7 @@ int threads_mode(int n, long hold_ms) {
   std::atomic<int> created{0}, refused{0}, other{0};
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&] {
       while (!go.load()) std::this_thread::yield();
@@ -195,6 +196,7 @@ int mixed_mode(int n, double seconds, unsigned seed) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   std::atomic<long> contexts{0}, context_refusals{0}, allocs{0}, alloc_refusals{0};
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       std::mt19937 rng(seed * 131 + static_cast<unsigned>(i));

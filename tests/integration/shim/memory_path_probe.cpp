@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -315,7 +316,9 @@ int mode_graph_legacy(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) fails the
+// probe with its message, like any other failure, not with an abort.
+int main(int argc, char** argv) try {
   std::string mode;
   Options o;
   CLI::App app{"Quota attacks through memory the driver keeps"};
@@ -336,4 +339,6 @@ int main(int argc, char** argv) {
   if (mode == "pool_destroy") return mode_pool_destroy(o);
   if (mode == "vmm") return mode_vmm(o);
   return mode_graph_legacy(o);
+} catch (const std::exception& e) {
+  fail(e.what());
 }

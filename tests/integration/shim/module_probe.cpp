@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -83,7 +84,7 @@ void unload(const Loaded& l) {
 }
 
 std::string write_image(const std::string& image) {
-  const std::string path = "module_probe_" + std::to_string(getpid()) + ".ptx";
+  std::string path = "module_probe_" + std::to_string(getpid()) + ".ptx";
   std::ofstream(path, std::ios::binary) << image;
   return path;
 }
@@ -172,7 +173,9 @@ int mode_lazy(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) fails the
+// probe with its message, like any other failure, not with an abort.
+int main(int argc, char** argv) try {
   std::string mode;
   Options o;
   CLI::App app{"Device memory of modules and libraries under a quota"};
@@ -188,4 +191,6 @@ int main(int argc, char** argv) {
   if (mode == "fill") return mode_fill(o);
   if (mode == "context") return mode_context(o);
   return mode_lazy(o);
+} catch (const std::exception& e) {
+  fail(e.what());
 }

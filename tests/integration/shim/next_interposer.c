@@ -2,7 +2,7 @@
  * the next getppid with dlsym(RTLD_NEXT). Through the shim's dlsym hook that
  * must still mean "the definition after this library" (libc's), not "after
  * the shim" (this library again, which would recurse). */
-#define _GNU_SOURCE
+#define _GNU_SOURCE /* NOLINT(bugprone-reserved-identifier): glibc's feature-test macro */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <unistd.h>

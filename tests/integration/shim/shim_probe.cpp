@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <random>
 #include <string>
@@ -617,7 +618,9 @@ int mode_nvml(const Api& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) fails the
+// probe with its message, like any other failure, not with an abort.
+int main(int argc, char** argv) try {
   std::string mode = "fill";
   Resolver res;
   std::uint64_t step = 256ull << 20, max = 0, max_step = 64ull << 20;
@@ -654,4 +657,6 @@ int main(int argc, char** argv) {
   if (mode == "watch") return mode_watch(a, seconds);
   if (mode == "graph") return mode_graph(a, step, max);
   return mode_nvml(a);
+} catch (const std::exception& e) {
+  fail(e.what());
 }

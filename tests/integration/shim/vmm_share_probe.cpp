@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -201,7 +202,9 @@ int importer(const std::string& path, std::size_t bytes) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception (a bad argument CLI11 lets through, a JSON error) fails the
+// probe with its message, like any other failure, not with an abort.
+int main(int argc, char** argv) try {
   CLI::App app{"vmm_share_probe"};
   std::string role, socket_path;
   std::size_t bytes = 512u << 20;
@@ -212,4 +215,6 @@ int main(int argc, char** argv) {
   app.add_option("--bytes", bytes, "size of the allocation");
   CLI11_PARSE(app, argc, argv);
   return role == "export" ? exporter(socket_path, bytes) : importer(socket_path, bytes);
+} catch (const std::exception& e) {
+  fail(e.what());
 }

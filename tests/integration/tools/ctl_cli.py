@@ -188,7 +188,8 @@ def case_top_pty(tmp):
     sock = os.path.join(tmp, "tmux.sock")
     done = os.path.join(tmp, "exit-code")
     tmux = ["tmux", "-S", sock]
-    command = f"{ARGS.ctl} --run-dir {run} top --interval 0.3; echo $? > {done}; sleep 5"
+    # Written aside and renamed: the file must not appear before its figure does.
+    command = f"{ARGS.ctl} --run-dir {run} top --interval 0.3; echo $? > {done}.new; mv {done}.new {done}; sleep 5"
     subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x", "80", "-y", "30", command], check=True,
                    timeout=10)
     try:

@@ -157,7 +157,7 @@ TEST(AllocationPlan, AllocationIdIsStableAndOrderIndependent) {
 }
 
 void expect_error(const std::vector<std::string>& ids, const std::string& fragment,
-                  PluginConfig config = {}) {
+                  const PluginConfig& config = {}) {
   try {
     plan_allocation(two_gpus(), ids, config);
     ADD_FAILURE() << "no error for " << fragment;

@@ -63,6 +63,7 @@ TEST(PointerTable, ConcurrentThreadsKeepEveryEntry) {
   static PointerTable t;
   constexpr int kThreads = 8, kPerThread = 20000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int th = 0; th < kThreads; ++th) {
     threads.emplace_back([th] {
       for (int i = 0; i < kPerThread; ++i) {

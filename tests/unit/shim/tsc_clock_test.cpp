@@ -133,6 +133,7 @@ TEST(TscClock, ConcurrentAnchorsAgree) {
   FakeCounter c;
   cal.anchor(c.ticks_at(c.ns0), c.ns0);
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&cal, c, t] {
       for (std::uint64_t i = 1; i < 2000; ++i) {

@@ -165,6 +165,7 @@ TEST(ShmLedgerMultiProcess, SixteenProcessesNeverExceedQuota) {
   constexpr std::uint64_t kQuota = 64 * kMi;
   const pid_t observer = start_observer(usage, *sh, kGpu, kQuota);
   std::vector<pid_t> workers;
+  workers.reserve(16);
   for (int w = 0; w < 16; ++w)
     workers.push_back(fork_child([&, w] { return worker(usage, *sh, w, kQuota, 10000, kGpu); }));
   sh->start.store(1);
@@ -256,6 +257,7 @@ TEST(ShmLedgerCrash, KilledProcessesAreReclaimedExactlyOnce) {
   };
   SharedMem<Reclaimed> rec;
   std::vector<pid_t> reclaimers;
+  reclaimers.reserve(4);
   for (int r = 0; r < 4; ++r) {
     reclaimers.push_back(fork_child([&, r] {
       const auto checker = LivenessChecker::same_namespace(me().pidns_inode);

@@ -239,6 +239,7 @@ TEST(ShmRegionFile, OpenOrCreateRaceHasExactlyOneCreator) {
     };
     test::SharedMem<Shared> sh;
     std::vector<pid_t> kids;
+    kids.reserve(8);
     for (int i = 0; i < 8; ++i) {
       kids.push_back(test::fork_child([&] {
         while (sh->go.load() == 0) {

@@ -39,6 +39,7 @@ TEST(ShmSeqlock, ReadersNeverSeeTornValues) {
   // flagged with consistent = false).
   std::atomic<std::uint64_t> torn{0}, reads{0}, backwards{0}, fallbacks{0};
   std::vector<std::thread> readers;
+  readers.reserve(2);
   for (int t = 0; t < 2; ++t) {
     readers.emplace_back([&] {
       std::uint64_t last_gen = 0;

@@ -6,7 +6,7 @@
 # only, so generated code and build folders never count. Fails on any finding.
 #
 # The whole tree takes longer than a ctest may on a small machine (--all: 233
-# translation units in 28 minutes on two shared, busy cores with clang-tidy
+# translation units in 24 to 28 minutes on two shared, busy cores, clang-tidy
 # 14), so by default it checks what changed since the merge base with
 # $CUSHARE_TIDY_BASE (default: main; on that branch itself, its last commit),
 # uncommitted changes included: each changed source file, and each file that

@@ -340,6 +340,8 @@ std::optional<std::uint64_t> LeaseScheduler::starved_deadline(const Tenant& t) c
   const std::uint64_t ran_dry = s.drained_past(s.last_submit_ns)
                                     ? std::max(s.drained_ns, s.last_submit_ns)
                                     : std::max(s.expected_drain_ns, s.last_submit_ns);
+  // Saturating: a forged estimate near the top of the range must not wrap.
+  if (ran_dry > UINT64_MAX - config_.starved_grace_ns) return std::nullopt;
   return ran_dry + config_.starved_grace_ns;
 }
 

@@ -65,6 +65,21 @@ std::optional<unsigned> claim_slot(UsageRegion& usage, const ProcessIdentity& se
   return std::nullopt;
 }
 
+namespace {
+
+// Each mark is taken back once: exchange(0) leaves nothing for a second
+// caller, and the owner clears a bit only if it is still set.
+void take_marks_back(UsageRegion& usage, ProcessSlot& s) {
+  const std::uint32_t busy = s.busy_gpus.exchange(0, std::memory_order_acq_rel);
+  const std::uint32_t demand = s.demand_gpus.exchange(0, std::memory_order_acq_rel);
+  for (unsigned g = 0; g < kMaxGpus; ++g) {
+    if (busy & (1u << g)) decrement_floor_zero(usage.gpus[g].busy_processes);
+    if (demand & (1u << g)) decrement_floor_zero(usage.gpus[g].demand);
+  }
+}
+
+}  // namespace
+
 std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, SlotState expected) {
   ProcessSlot& s = usage.slots[index];
   std::uint32_t from = u32(expected);
@@ -81,14 +96,8 @@ std::optional<std::uint64_t> reclaim_slot(UsageRegion& usage, unsigned index, Sl
     if (b + o != 0) usage.gpus[g].used_bytes.fetch_sub(b + o, std::memory_order_acq_rel);
     returned += b + o;
   }
-  // The process's in-flight and demand marks go with it (exactly one caller
-  // gets here per slot, and the owner clears a bit only if it is still set).
-  const std::uint32_t busy = s.busy_gpus.exchange(0, std::memory_order_acq_rel);
-  const std::uint32_t demand = s.demand_gpus.exchange(0, std::memory_order_acq_rel);
-  for (unsigned g = 0; g < kMaxGpus; ++g) {
-    if (busy & (1u << g)) decrement_floor_zero(usage.gpus[g].busy_processes);
-    if (demand & (1u << g)) decrement_floor_zero(usage.gpus[g].demand);
-  }
+  // The process's in-flight and demand marks go with it.
+  take_marks_back(usage, s);
   s.host_pid.store(0, std::memory_order_relaxed);
   s.heartbeat_ns.store(0, std::memory_order_relaxed);
   s.start_time.store(0, std::memory_order_relaxed);
@@ -118,6 +127,10 @@ bool clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu) {
 
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index) {
   return reclaim_slot(usage, index, SlotState::kActive);
+}
+
+void withdraw_marks(UsageRegion& usage, unsigned index) {
+  take_marks_back(usage, usage.slots[index]);
 }
 
 Liveness judge_liveness(std::uint64_t recorded_start_time,

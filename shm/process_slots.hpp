@@ -33,10 +33,18 @@ inline void heartbeat(ProcessSlot& slot, std::uint64_t now_ns) {
   slot.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
 }
 
-// Normal exit: returns every byte and overhead charge of the owner's slot to
-// the totals and frees it. Returns the bytes returned (all GPUs), or nullopt
-// if the slot was not active (already reclaimed).
+// The owner gives its slot back while certainly holding no device memory:
+// returns every byte and overhead charge to the totals and frees it. Returns
+// the bytes returned (all GPUs), or nullopt if the slot was not active
+// (already reclaimed). Not for a process's exit: see withdraw_marks.
 std::optional<std::uint64_t> release_slot(UsageRegion& usage, unsigned index);
+
+// The owner is exiting: its in-flight and demand marks go, since nothing it
+// still launches is worth the scheduler's wait, but its bytes stay charged.
+// The driver frees a process's memory at its teardown, after every exit
+// handler has run, so only a reclaim that finds the process gone may return
+// them (reclaim_dead_slots; a zombie counts as gone).
+void withdraw_marks(UsageRegion& usage, unsigned index);
 
 // The process of `slot` has work in flight on `gpu` (counted once in
 // usage.gpus[gpu].busy_processes however often it is called), or no longer

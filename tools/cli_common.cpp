@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "node/gone_processes.hpp"
 #include "node/gpu_info.hpp"
 #include "node/run_dir.hpp"
 #include "node/status_json.hpp"
@@ -33,6 +34,9 @@ Status fetch_status(const std::string& run_dir, std::string* note) {
                 "); read the regions directly";
     }
   }
+  // Without a daemon nobody else may have looked since a process ended: its
+  // charge would still show (docs/cusharectl.md, "Without a daemon").
+  reclaim_gone_processes_in(run_dir);
   return read_status_from_regions(run_dir, query_gpus_nvml(), read_clocks());
 }
 
@@ -56,6 +60,7 @@ AllocationView fetch_allocation(const std::string& run_dir, const std::string& i
                 "); read the regions directly";
     }
   }
+  reclaim_gone_processes_in(run_dir);
   const Now now = read_clocks();
   AllocationView view{read_allocation(run_dir, id, now), query_gpus_nvml(), {}};
   // The daemon's state as this allocation's heartbeat shows it.

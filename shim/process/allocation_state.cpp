@@ -83,12 +83,15 @@ void warn_on_disagreement(const shm::LimitsRegion& limits,
   }
 }
 
-void release_at_exit() {
+// Exit withdraws the process's scheduling marks and nothing else. Its memory
+// is the device's until the process is gone (the driver frees it at teardown,
+// after every exit handler), so its charges stay until a reclaim finds it
+// dead; and the shim keeps enforcing, because threads and later exit handlers
+// may still allocate and launch.
+void withdraw_at_exit() {
   if (detail::g_mode.load(std::memory_order_acquire) != ShimMode::kActive) return;
-  const AllocationState* st = detail::g_state.load(std::memory_order_acquire);
-  detail::g_mode.store(ShimMode::kExiting, std::memory_order_release);
-  detail::g_state.store(nullptr, std::memory_order_release);
-  if (st) shm::release_slot(*st->usage, st->slot_index);
+  if (const AllocationState* st = detail::g_state.load(std::memory_order_acquire))
+    shm::withdraw_marks(*st->usage, st->slot_index);
 }
 
 // Initialisation is never half-done in a fork child: the fork waits for it.
@@ -113,7 +116,7 @@ void register_process_hooks_once() {
   done = true;
   on_fork(ForkStage::kAccounting, reset_accounting_after_fork);
   on_fork(ForkStage::kAllocation, atfork_child, atfork_prepare, atfork_parent);
-  std::atexit(release_at_exit);
+  std::atexit(withdraw_at_exit);
 }
 
 // Claims a slot for this process, reclaiming dead processes' slots first so
@@ -366,7 +369,6 @@ CUresult ensure_initialized() noexcept {
   switch (shim_mode()) {
     case ShimMode::kActive:
     case ShimMode::kDisabled:
-    case ShimMode::kExiting:
       return CUDA_SUCCESS;
     case ShimMode::kFailed:
       return CUDA_ERROR_INVALID_VALUE;

@@ -44,7 +44,6 @@ enum class ShimMode : std::uint8_t {
   kActive,         // enforcing; allocation_state() != nullptr
   kDisabled,       // CUSHARE_DISABLE=1: pure pass-through
   kFailed,         // bad configuration: cuInit fails, allocations are refused
-  kExiting,        // the slot was released at exit: pass through
 };
 
 namespace detail {

@@ -296,6 +296,14 @@ class Node:
         check(r.returncode == 0, f"cusharectl create {name} exited {r.returncode}: {r.stderr}")
         return json.loads(r.stdout)["folder"]
 
+    def return_gone_charges(self, folder=None):
+        """`cusharectl status` on an allocation folder (default: the run dir
+        as one), which without a daemon returns the charges of its processes
+        that are gone: a process's memory stays charged through its exit."""
+        r = subprocess.run([self.b.tool("cusharectl"), "--run-dir", folder or self.run_dir,
+                            "status"], env=self.env, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, f"cusharectl status exited {r.returncode}: {r.stderr}")
+
     # ---- ground truth ----
     def stat(self):
         r = subprocess.run([self.b.tool("fakegpu-stat"), "--json"], env=self.env,

@@ -71,6 +71,7 @@ def run_case(case, b):
         print(f"{case}: {got}")
 
         dev = node.device()
+        node.return_gone_charges()
         usage = cr.Region.read(os.path.join(node.run_dir, "usage"), "usage")
         gpu = {k: usage.get("gpus", 0, k) for k in ("launches", "oom_refusals", "used_bytes")}
         peak = dev["memory_used_peak"]

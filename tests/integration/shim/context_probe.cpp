@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -253,6 +254,25 @@ int mixed_mode(int n, double seconds, unsigned seed) {
   return 0;
 }
 
+// Allocates BYTES, then exits without freeing through an exit path that takes
+// SECONDS: a handler registered before cuInit runs after every handler
+// registered by cuInit, and before the driver's own teardown (as an
+// application's static destructors and interpreter shutdown do). The memory
+// is the device's until the process is gone.
+double g_exit_seconds = 0;
+int slow_exit_mode(std::uint64_t bytes, double seconds) {
+  g_exit_seconds = seconds;
+  std::atexit([] { std::this_thread::sleep_for(std::chrono::duration<double>(g_exit_seconds)); });
+  const CUdevice dev = init();
+  CUcontext ctx = nullptr;
+  if (CUresult r = cuCtxCreate_v2(&ctx, 0, dev); r != CUDA_SUCCESS) fail("cuCtxCreate", r);
+  CUdeviceptr ptr = 0;
+  const CUresult r = cuMemAlloc_v2(&ptr, bytes);
+  std::printf("{\"last\":%d}\n", static_cast<int>(r));
+  std::fflush(stdout);
+  std::exit(r == CUDA_SUCCESS ? 0 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,11 +281,13 @@ int main(int argc, char** argv) {
   if (mode == "tiny" && argc == 3) return tiny_mode(std::atol(argv[2]));
   if (mode == "private-primary" && argc == 3)
     return private_primary_mode(std::strtoull(argv[2], nullptr, 10));
+  if (mode == "slow-exit" && argc == 4)
+    return slow_exit_mode(std::strtoull(argv[2], nullptr, 10), std::atof(argv[3]));
   if (mode == "mixed" && argc == 5)
     return mixed_mode(std::atoi(argv[2]), std::atof(argv[3]),
                       static_cast<unsigned>(std::atoi(argv[4])));
   std::fprintf(stderr,
                "usage: context_probe threads N HOLD_MS | tiny MAX | private-primary STEP |"
-               " mixed THREADS SECONDS SEED\n");
+               " mixed THREADS SECONDS SEED | slow-exit BYTES SECONDS\n");
   return 2;
 }

@@ -126,6 +126,29 @@ def case_processes_threads(b):
               f"{s.peak / MI:.0f} MiB, quota 2048 MiB")
 
 
+def case_exit_holds_charge(b):
+    """A process's memory stays charged until the process is gone: one that
+    fills the quota and then spends a second exiting (its own exit handlers,
+    after the shim's) keeps a second process from the memory meanwhile."""
+    with ct.Node(b) as node:
+        alloc = Standalone(node, "1Gi")  # contexts of 300 MiB: 812 MiB held
+        with ct.Sampler(node, period=0.002) as s:
+            first = alloc.popen([probe(b), "slow-exit", str(512 * MI), "1.5"])
+            line = first.stdout.readline()
+            if ct.last_json(line) != {"last": 0}:
+                first.wait(timeout=30)
+                check(False, f"the first process did not allocate: {line} {first.stderr.read()}")
+            time.sleep(0.3)  # well inside its exit
+            rc, out, err = alloc.run([b.sample("alloc_probe"), "--step", "64Mi"])
+            first.wait(timeout=30)
+        r = ct.last_json(out)
+        check(s.peak <= GI, f"ground truth peaked at {s.peak} > 1 GiB while a process exited")
+        check(rc != 0 or (r and r["bytes"] == 0),
+              f"the second process got memory still held by an exiting one: {out} {err}")
+        print(f"  a second process started during the first one's exit got nothing; ground "
+              f"truth high-water mark {s.peak / MI:.0f} MiB on 1024 MiB")
+
+
 def case_private_primary(b):
     """A primary context made through the runtime's private path (no hooked
     call) is charged the first time the process allocates on the device."""

@@ -62,7 +62,7 @@ def case_globals_measured(h):
     check(out["free_after"] == out["free_before"], f"unloading returned all: {out}")
     check("more than the" in err and "it was unloaded" in err, f"the refusal is logged: {err}")
     check(peak <= GI + glob, f"ground truth {peak} beyond the quota by more than one load's globals")
-    check(h.usage().used() == 0, f"ledger {h.usage().used()} after exit")
+    check((used := h.usage_after_exit().used()) == 0, f"ledger {used} after exit")
 
 
 def case_context(h):

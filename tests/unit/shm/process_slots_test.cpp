@@ -272,6 +272,28 @@ TEST_P(ShmProcessMarks, ReclaimTakesADeadProcessOutOfTheCount) {
   EXPECT_EQ(count(*usage, 2), 0u);
 }
 
+TEST_P(ShmProcessMarks, ExitWithdrawsTheMarksAndKeepsTheCharge) {
+  // The device frees an exiting process's memory only at its teardown: the
+  // charge stays for a reclaim that finds the process gone; the marks go.
+  auto usage = std::make_unique<UsageRegion>();
+  auto i = claim_slot(*usage, me(), 1);
+  ASSERT_TRUE(i);
+  ProcessSlot& s = usage->slots[*i];
+  QuotaLedger ledger(*usage);
+  ASSERT_TRUE(ledger.try_reserve(2, s, 1000, kUnlimited));
+  ledger.charge_overhead(2, s, 300);
+  mark(*usage, s, 2);
+  withdraw_marks(*usage, *i);
+  EXPECT_EQ(count(*usage, 2), 0u);
+  EXPECT_EQ(bits(s), 0u);
+  EXPECT_EQ(slot_state(s), SlotState::kActive);
+  EXPECT_EQ(usage->gpus[2].used_bytes.load(), 1300u);
+  withdraw_marks(*usage, *i);  // a second exit handler, or the reclaim later: counted once
+  ASSERT_EQ(reclaim_slot(*usage, *i, SlotState::kActive), std::optional<std::uint64_t>(1300u));
+  EXPECT_EQ(count(*usage, 2), 0u);
+  EXPECT_EQ(usage->gpus[2].used_bytes.load(), 0u);
+}
+
 TEST_P(ShmProcessMarks, ACountATenantZeroedNeverWrapsOnReclaim) {
   auto usage = std::make_unique<UsageRegion>();
   auto i = claim_slot(*usage, me(), 1);

@@ -59,7 +59,9 @@ void add_process(RegionPair& r, std::uint32_t s, std::uint32_t pid, std::uint32_
   slot.state = static_cast<std::uint32_t>(shm::SlotState::kActive);
   slot.pid = pid;
   slot.host_pid = host_pid;
-  slot.pidns_inode = 4026531836ull;
+  // A tenant container's PID namespace, never the reader's: cusharectl
+  // returns the charges of gone processes only in its own namespace.
+  slot.pidns_inode = 4026599001ull;
   slot.heartbeat_ns = heartbeat_ns;
   slot.bytes[gpu] = bytes;
   slot.overhead[gpu] = overhead;

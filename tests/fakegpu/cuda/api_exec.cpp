@@ -700,7 +700,8 @@ FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
     {
       Driver& d = driver();
       StateLock lock(*d.file);
-      const ContextSlot& c = lock.state().contexts[e->ctx->slot];
+      const int32_t ctx_slot = e->ctx.load()->slot;
+      const ContextSlot& c = lock.state().contexts[ctx_slot];
       uint64_t target = c.completed_seq + 1;
       for (uint32_t i = 0; i < c.count; ++i) {
         const WorkItem& item = c.items[(c.head + i) % kQueueCap];
@@ -708,8 +709,8 @@ FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
           target = item.seq;
       }
       wake = lock.now() +
-             std::clamp<uint64_t>(wait_hint_ns(lock.state(), e->ctx->slot, target, lock.now()),
-                                  20'000, 50'000'000);
+             std::clamp<uint64_t>(wait_hint_ns(lock.state(), ctx_slot, target, lock.now()), 20'000,
+                                  50'000'000);
     }
     sleep_until_ns(wake);
   }

@@ -68,12 +68,14 @@ struct Context {
 };
 
 struct Event {
-  Context* ctx = nullptr;
+  // Written by every record, read by threads synchronising on the event at
+  // the same time (which the driver allows): atomic.
+  std::atomic<Context*> ctx{nullptr};
   int32_t slot = -1;
   unsigned flags = 0;
   std::atomic<uint64_t> ticket{0};  // record number of the latest cuEventRecord, 0 = never recorded
   std::atomic<uint64_t> next_ticket{0};
-  bool captured = false;
+  std::atomic<bool> captured{false};
 };
 
 struct Module;

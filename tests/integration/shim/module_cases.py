@@ -20,7 +20,8 @@ IMAGE = 48 * MI  # a PTX text of 48 MiB: fakegpu charges exactly that
 
 def module_probe(h, *args):
     with sc.ct.Sampler(sc.TruthNode(h)) as sampler:
-        out, err = h.run([h.a.module_probe, *args], QUOTA, timeout=60)
+        # Under ctest's 180 s (a file fill takes ~50 s under ASan, more under TSan).
+        out, err = h.run([h.a.module_probe, *args], QUOTA, timeout=170)
     return out, err, sampler.peak
 
 

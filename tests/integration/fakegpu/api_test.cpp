@@ -190,6 +190,9 @@ TEST_F(Api, EventsMeasureSimulatedKernelTime) {
   EXPECT_NEAR(elapsed_ms(start, stop), 20.0, 1.0);
 
   // Kernels without a duration parameter take FAKEGPU_KERNEL_NS (default 10 us).
+  // Queued behind a 5 ms kernel, so that they run back to back however slowly
+  // this host submits them (under a sanitizer a launch takes longer than 10 us).
+  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
   for (int i = 0; i < 100; ++i)
     ASSERT_EQ(cuLaunchKernel(noop_, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);

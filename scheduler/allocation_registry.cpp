@@ -96,7 +96,7 @@ void AllocationRegistry::note_problem(const std::string& id, const std::string& 
   p.suppressed = 0;
 }
 
-bool AllocationRegistry::refresh_usage(Allocation& a) {
+bool AllocationRegistry::refresh_usage(Allocation& a, bool discovering) {
   const fs::path path = a.dir / shm::kUsageName;
   if (a.usage) {
     struct stat sb {};
@@ -130,7 +130,11 @@ bool AllocationRegistry::refresh_usage(Allocation& a) {
       }
     }
   } catch (const std::exception& e) {
-    note_problem(a.id, e.what());
+    if (discovering) {
+      spdlog::debug("allocation {}: {} (retried at the next rescan)", a.id, e.what());
+    } else {
+      note_problem(a.id, e.what());
+    }
   }
   return false;
 }
@@ -163,7 +167,7 @@ AllocationRegistry::Changes AllocationRegistry::rescan() {
           .usage = std::nullopt,
       });
       problems_.erase(id);
-      refresh_usage(*a);
+      refresh_usage(*a, true);
       allocations_.emplace(id, std::move(a));
       changes.added.push_back(id);
       spdlog::info("allocation {} discovered", id);

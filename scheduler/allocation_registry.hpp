@@ -55,7 +55,11 @@ class AllocationRegistry {
   bool drain_events();
   // Drops a usage mapping that no longer is the valid file at its path, and
   // maps the file when it is valid again. True when it was dropped now.
-  bool refresh_usage(Allocation& a);
+  // `discovering`: the folder was seen for the first time, and its creator
+  // may still be publishing the file; a failure then is retried at the next
+  // rescan without a log line, so that it does not hold back (rate-limit)
+  // the line of a real problem that follows.
+  bool refresh_usage(Allocation& a, bool discovering = false);
   void note_problem(const std::string& id, const std::string& what);
 
   std::filesystem::path alloc_root_;

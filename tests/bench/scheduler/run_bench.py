@@ -61,7 +61,7 @@ def gate_bench(build, clock=None, shim=True):
                       "CUSHARE_COMPUTE_MODE": "burst"})
         if clock:
             e["CUSHARE_GATE_CLOCK"] = clock
-        r = subprocess.run(scenario.PRIORITY + [os.path.join(build, "bin", "gate_bench"), "300", "2000"],
+        r = subprocess.run(scenario.ct.priority_prefix() + [os.path.join(build, "bin", "gate_bench"), "300", "2000"],
                            env=e, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(r.stderr)

@@ -126,6 +126,20 @@ def shaped_checks(checks, tenants, shape):
 # DaemonSet); tenants run at normal priority, as in production.
 RAISED = os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1"
 
+# In a sanitizer build (CMake sets this for ASan and TSan) the shim, its
+# poller, the daemon and fakegpu all run instrumented, several times slower
+# on exactly the paths a hand-off waits for, so the figures measure the
+# instrumentation. The scenarios still run there, for what the sanitizers
+# find in the code they exercise, and for gross errors: every tolerance
+# widens by this many points, except a capped tenant's upper bound (being
+# slow never pushes a tenant over its cap). The plain build judges the figures.
+SANITIZED_SLACK = 10 if os.environ.get("CUSHARE_SCENARIO_SANITIZED") == "1" else 0
+
+# What a sanitizer prints when it finds something (ASan aborts the process,
+# UBSan halts it; both print first).
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
 
 def log(msg):
     print(msg, flush=True)
@@ -144,6 +158,9 @@ class Env:
         self.hogs = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(hogs)]
         self.daemon = None
         self.tenants = {}
+        self.capped = set()     # tenants whose cap is an upper bound
+        self.killed = set()     # tenants the scenario kills itself
+        self.health = []        # what went wrong besides the figures
         self.base_env = dict(os.environ)
         self.base_env.update({
             "FAKEGPU_STATE": self.state,
@@ -183,7 +200,34 @@ class Env:
             args += ["--random", "--seed", str(len(self.tenants) + 1)]
         p = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.tenants[name] = p
+        if mode == "capped":
+            self.capped.add(name)
         return p
+
+    def judge(self, shares, checks):
+        return check(shares, checks, self.capped, SANITIZED_SLACK)
+
+    def check_health(self):
+        """Tenants that died on their own, a daemon that died, and sanitizer
+        reports in any of their outputs: failures in every build."""
+        for name, p in self.tenants.items():
+            if name not in self.killed and p.poll() not in (None, 0):
+                self.health.append(f"tenant {name} exited with {p.returncode}")
+        if self.daemon and not self.daemon.alive():
+            self.health.append(f"cushared exited with {self.daemon.returncode}")
+        logs = [os.path.join(self.tmp, n + ".out") for n in self.tenants]
+        logs.append(os.path.join(self.tmp, "cushared.log"))
+        for path in logs:
+            try:
+                with open(path, errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            for marker in SANITIZER_REPORTS:
+                if marker in text:
+                    at = text.index(marker)
+                    self.health.append(f"{os.path.basename(path)}: {text[at:at + 2000]}")
+                    break
 
     def stat(self):
         r = subprocess.run([os.path.join(self.build, "bin", "fakegpu-stat"), "--json"],
@@ -211,6 +255,10 @@ class Env:
         raise RuntimeError("tenants did not start: " + ", ".join(names))
 
     def close(self):
+        self.check_health()
+        if self.health:
+            self.keep = True
+            log(f"logs kept in {self.tmp}")
         for h in self.hogs:
             h.kill()
             h.wait()
@@ -224,29 +272,37 @@ class Env:
             subprocess.run(["rm", "-rf", self.tmp])
 
 
-def check(shares, checks):
+def check(shares, checks, capped=frozenset(), slack=0):
+    """The failed checks. `slack` widens every tolerance (sanitizer builds)
+    but the upper bound of a tenant in `capped`."""
+    def outside(value, target, tol, name=None):
+        high = tol if name in capped else tol + slack
+        return value < target - tol - slack or value > target + high
+
     failures = []
     for c in checks:
         if c[0] == "share":
             _, name, target, tol = c
-            if abs(shares[name] - target) > tol:
+            if outside(shares[name], target, tol, name):
                 failures.append(f"{name}: {shares[name]:.1f} % not within {target} +- {tol}")
         elif c[0] == "min":
             _, name, value = c
-            if shares[name] < value:
+            if shares[name] < value - slack:
                 failures.append(f"{name}: {shares[name]:.1f} % below {value}")
         elif c[0] == "device":
             _, target, tol = c
-            if abs(shares["device"] - target) > tol:
+            if outside(shares["device"], target, tol):
                 failures.append(f"device: {shares['device']:.1f} % not within {target} +- {tol}")
         elif c[0] == "busy_share":
             _, name, target, tol = c
             split = 100.0 * shares[name] / shares["device"] if shares["device"] > 0 else 0.0
-            if abs(split - target) > tol:
+            if outside(split, target, tol):
                 failures.append(f"{name}: {split:.1f} % of the busy time not within {target} +- {tol}")
         elif c[0] == "device_min":
-            if shares["device"] < c[1]:
+            if shares["device"] < c[1] - slack:
                 failures.append(f"device: {shares['device']:.1f} % below {c[1]}")
+    if slack and failures:
+        failures = [f + f" (by more than the sanitizer build's {slack} points)" for f in failures]
     return failures
 
 
@@ -264,7 +320,7 @@ def run_table(env, name, window, warmup):
     before = env.stat()
     time.sleep(window)
     shares = env.shares(before, env.stat())
-    return shares, check(shares, checks), checks
+    return shares, env.judge(shares, checks), checks
 
 
 def run_late_joiner(env, window, warmup):
@@ -280,7 +336,7 @@ def run_late_joiner(env, window, warmup):
     shares = env.shares(before, env.stat())
     checks = shaped_checks([("share", "t1", 25, 2), ("share", "t2", 75, 2)],
                            [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
-    return shares, check(shares, checks), checks
+    return shares, env.judge(shares, checks), checks
 
 
 def run_multi_process(env, window, warmup):
@@ -299,7 +355,7 @@ def run_multi_process(env, window, warmup):
     shares["t1"] = shares["t1_short"] + shares["t1_long"]
     checks = shaped_checks([("share", "t1", 25, 3), ("share", "t2", 75, 3)],
                            [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
-    return shares, check(shares, checks), checks
+    return shares, env.judge(shares, checks), checks
 
 
 def run_daemon_restart(env, window, warmup):
@@ -325,7 +381,7 @@ def run_daemon_restart(env, window, warmup):
     time.sleep(window)
     shares = env.shares(before, env.stat())
     checks = [("share", "t1", 30, 2), ("share", "t2", 50, 2)]
-    failures += check(shares, checks)
+    failures += env.judge(shares, checks)
     log(f"while the daemon was down: {fmt(gone)}")
     return shares, failures, checks
 
@@ -341,7 +397,7 @@ def run_standalone_30_50(env, window, warmup):
     time.sleep(window)
     shares = env.shares(before, env.stat())
     checks = [("share", "t1", 30, 3), ("share", "t2", 50, 3)]
-    return shares, check(shares, checks), checks
+    return shares, env.judge(shares, checks), checks
 
 
 def run_kill_holder(env, window, warmup):
@@ -365,6 +421,7 @@ def run_kill_holder(env, window, warmup):
     if not holder:
         return {}, ["no tenant ever held the lease"], []
     other = "t2" if holder == "t1" else "t1"
+    env.killed.add(holder)
     env.tenants[holder].send_signal(signal.SIGKILL)
     env.tenants[holder].wait()
     time.sleep(1.0)
@@ -372,7 +429,7 @@ def run_kill_holder(env, window, warmup):
     time.sleep(window)
     shares = env.shares(before, env.stat())
     checks = shaped_checks([("min", other, 95)], [(other, 50, "burst")], env.shape)
-    return shares, check(shares, checks), checks
+    return shares, env.judge(shares, checks), checks
 
 
 def main():
@@ -412,6 +469,7 @@ def main():
         env.close()
         return 2
     env.close()
+    failures += env.health
     if a.json:
         print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures}))

@@ -362,7 +362,10 @@ def case_symlink_swap(b):
         rc, _, err = root.run(["/bin/sh", "-c", "rm /var/run/cushare/usage && ln -s "
                                f"{os.path.join(other, 'usage')} /var/run/cushare/usage"])
         check(rc == 0, f"the symlink swap failed: {err}")
-        time.sleep(1.5)
+        # The daemon sees it at its next rescan (inotify, or each second).
+        deadline = time.monotonic() + 10
+        while "replaced under the daemon" not in node.daemon_log() and time.monotonic() < deadline:
+            time.sleep(0.1)
         r = subprocess.run([b.tool("cusharectl"), "--run-dir", node.run_dir, "--json", "status"],
                            env=node.env, capture_output=True, text=True, timeout=20)
         doc = json.loads(r.stdout) if r.stdout.startswith("{") else {}

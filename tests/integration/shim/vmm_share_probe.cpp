@@ -7,10 +7,11 @@
 //           written its own pattern, read that back, unmap, release, print
 //           the results and exit
 //   import  receive the descriptor, import, map, set access, read the
-//           exporter's pattern, write another, tell the exporter, print
-//           {"mapped"}; after a line on stdin read it again (the memory
-//           outlives the exporter's release), launch kLaunches kernels (the
-//           gate counts them in this allocation), unmap, release, print, exit
+//           exporter's pattern, write another, print {"mapped"}; after a
+//           line on stdin tell the exporter; after another read the pattern
+//           again (the memory outlives the exporter's release), launch
+//           kLaunches kernels (the gate counts them in this allocation),
+//           unmap, release, print, exit
 #include <cuda.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -183,12 +184,15 @@ int importer(const std::string& path, std::size_t bytes) {
   const CUdeviceptr va = map_all(handle, bytes, dev);
   const bool exporter_wrote = has_pattern(va, 1);
   write_pattern(va, 2);
-  if (write(sock, "w", 1) != 1) fail("write to the exporter");
   say({{"mapped", true},
        {"exporter_wrote", exporter_wrote},
        {"free_before", free_before},
        {"free_mapped", probe::free_view()}});
+  // The exporter lets go once told, so the test reads the device with both
+  // processes' contexts first, then without the exporter's.
   std::string line;
+  std::getline(std::cin, line);
+  if (write(sock, "w", 1) != 1) fail("write to the exporter");
   std::getline(std::cin, line);  // the test has looked at the ground truth
   const bool still_there = has_pattern(va, 2);
   launch_kernels();

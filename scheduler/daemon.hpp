@@ -115,6 +115,12 @@ class Daemon {
   AllocationRegistry registry_;
   NvmlReader nvml_;
   std::map<std::string, std::unique_ptr<LeaseScheduler>> schedulers_;  // by GPU UUID
+  // The lease length last logged per GPU, and when (note_lease_length).
+  struct LeaseLengthLog {
+    std::uint64_t length_ns = 0, logged_ns = 0;
+  };
+  std::map<std::string, LeaseLengthLog> lease_length_log_;
+  void note_lease_length(const std::string& uuid, const LeaseScheduler& sched, std::uint64_t now);
   std::map<std::pair<std::string, unsigned>, TenantId> tenant_ids_;
   std::map<TenantId, TenantRef> tenants_;
   std::map<std::string, AllocationState> states_;  // by allocation id

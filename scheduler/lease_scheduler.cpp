@@ -19,6 +19,25 @@ double cap_fraction(const TenantPolicy& p) {
 LeaseScheduler::LeaseScheduler(SchedulerConfig config) : config_(config) {
   config_.quantum_ns = std::max<std::uint64_t>(config_.quantum_ns, 100'000);
   config_.extend_margin_ns = std::min(config_.extend_margin_ns, config_.quantum_ns);
+  config_.lone_lease_quanta = std::max<std::uint64_t>(config_.lone_lease_quanta, 1);
+  config_.max_lease_quanta = std::max<std::uint64_t>(config_.max_lease_quanta, 1);
+}
+
+std::uint64_t LeaseScheduler::lease_length_ns() const {
+  const double want = handoff_cost_ns_ * static_cast<double>(config_.lease_per_handoff);
+  const std::uint64_t most = config_.max_lease_quanta * config_.quantum_ns;
+  if (want <= static_cast<double>(config_.quantum_ns)) return config_.quantum_ns;
+  return std::min(most, static_cast<std::uint64_t>(want));
+}
+
+void LeaseScheduler::measure_handoff(LeaseRecord& r) {
+  r.handoff_measured = true;
+  if (!last_handed_over_ || !r.begun_ns) return;
+  // The GPU was free from the former holder's drain until this holder's
+  // first launch. One bad sample counts for at most a drain bound.
+  const std::uint64_t lost = *r.begun_ns > last_done_ns_ ? *r.begun_ns - last_done_ns_ : 0;
+  const double sample = static_cast<double>(std::min(lost, config_.drain_bound_ns));
+  handoff_cost_ns_ = handoff_cost_ns_ == 0 ? sample : (handoff_cost_ns_ * 7 + sample) / 8;
 }
 
 void LeaseScheduler::set_tenant(TenantId id, const TenantPolicy& policy, std::uint64_t now) {
@@ -111,7 +130,7 @@ void LeaseScheduler::refund(Tenant& t) {
 void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now) {
   if (!tenants_.contains(id) || holder_ || expiry_ns <= now) return;
   holder_ = id;
-  expiry_ns_ = std::min(expiry_ns, now + config_.quantum_ns);
+  expiry_ns_ = std::min(expiry_ns, now + config_.max_lease_quanta * config_.quantum_ns);
   expiry_cut_ = false;
   // Its threads are running already: charged from now.
   records_.push_back({.tenant = id, .start_ns = now, .begun_ns = now});
@@ -181,6 +200,7 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
     Tenant* t = it == tenants_.end() ? nullptr : &it->second;
     cursor_ns_ = std::max(cursor_ns_, r.start_ns);
     if (!r.begun_ns) r.begun_ns = lease_begins(r, t, now);
+    if (r.begun_ns && !r.handoff_measured) measure_handoff(r);
     if (r.end_ns == 0) {  // still held: attributed up to now, once it has begun
       if (!r.begun_ns) return;
       cursor_ns_ = std::max(cursor_ns_, *r.begun_ns);
@@ -235,6 +255,8 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
     }
     if (t) charge(*t, cursor_ns_, done);
     cursor_ns_ = std::max(cursor_ns_, done);
+    last_done_ns_ = done;
+    last_handed_over_ = r.handed_over;
     const TenantId finished = r.tenant;
     records_.pop_front();
     if (t && t->removed &&
@@ -247,11 +269,13 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
 
 void LeaseScheduler::end_lease(std::uint64_t now, bool idle, bool ran_dry) {
   if (!holder_) return;
+  const bool handed_over = !idle && !ran_dry && others_want_gpu(now);
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (it->tenant == *holder_ && it->end_ns == 0) {
       it->end_ns = std::max(now, it->start_ns);
       it->idle_release = idle;
       it->ran_dry = ran_dry;
+      it->handed_over = handed_over;
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
       break;
     }
@@ -276,7 +300,8 @@ void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
   }
   holder_ = id;
   expiry_ns_ = lease_end(id, now);
-  expiry_cut_ = expiry_ns_ < now + config_.quantum_ns;
+  expiry_cut_ = expiry_ns_ < now + lease_length_ns();
+  if (alone(t, now)) expiry_ns_ = now + lone_lease_ns();
   records_.push_back({.tenant = id, .start_ns = now});
   lease_start_ns_ = now;
   t.stats.grants++;
@@ -288,10 +313,10 @@ void LeaseScheduler::grant(TenantId id, std::uint64_t now) {
 // margin behind the holder's by then): the holder's queue has drained by
 // then, so the tenant's work starts at once.
 std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) const {
-  std::uint64_t end = now + config_.quantum_ns;
+  std::uint64_t end = now + lease_length_ns();
   const Tenant& h = tenants_.at(holder);
   const double w = weight_of(h.policy);
-  const double margin = static_cast<double>(config_.quantum_ns) / w;
+  const double margin = static_cast<double>(lease_length_ns()) / w;
   for (const auto& [id, t] : tenants_) {
     if (id == holder || t.removed || t.was_candidate || t.gap_ns == 0 || t.left_at_ns == 0)
       continue;
@@ -398,11 +423,70 @@ bool LeaseScheduler::still_first_at_expiry(std::uint64_t now) const {
   return true;
 }
 
+std::uint64_t LeaseScheduler::lone_lease_ns() const {
+  return std::max(config_.lone_lease_quanta * config_.quantum_ns, lease_length_ns());
+}
+
+bool LeaseScheduler::others_want_gpu(std::uint64_t now) const {
+  return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
+    return kv.first != *holder_ && wants_gpu(kv.first, kv.second, now);
+  });
+}
+
+bool LeaseScheduler::others_away_briefly(std::uint64_t now) const {
+  return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
+    const Tenant& t = kv.second;
+    // was_candidate: it wanted the GPU when this step began (a holder that
+    // gave its lease back in it has no left_at_ns yet).
+    return kv.first != *holder_ && !t.removed &&
+           (t.was_candidate || (t.left_at_ns != 0 && now <= t.left_at_ns + config_.level_after_ns));
+  });
+}
+
+// Alone only when nobody else is between two spells of work either: a
+// tenant due back from a short gap finds the GPU free at its return
+// (lease_end), which a long lease would undo.
+bool LeaseScheduler::alone(const Tenant& h, std::uint64_t now) const {
+  return config_.lone_lease_quanta > 1 && h.policy.mode == Mode::kBurst && !others_want_gpu(now) &&
+         !others_away_briefly(now);
+}
+
+void LeaseScheduler::extend_or_cut(Tenant& h, std::uint64_t now) {
+  if (alone(h, now)) {
+    // Alone: keep the lease lone_lease_quanta ahead, moved at most once a
+    // quantum (each move is a write to the limits region).
+    const std::uint64_t target = now + lone_lease_ns();
+    if (expiry_ns_ + config_.quantum_ns <= target) {
+      h.stats.granted_ns += target - expiry_ns_;
+      expiry_ns_ = target;
+    }
+    return;
+  }
+  const bool others = others_want_gpu(now);
+  if (others && expiry_ns_ > now + lease_length_ns()) {
+    // A lone lease, and now another tenant wants the GPU.
+    const std::uint64_t cut = now + config_.extend_margin_ns;
+    h.stats.granted_ns -= std::min(h.stats.granted_ns, expiry_ns_ - cut);
+    expiry_ns_ = cut;
+  }
+  if (expiry_ns_ > now + config_.extend_margin_ns) return;
+  // Would the holder still be the least-served at its expiry? Then extend
+  // in place: a tenant the others do not need keeps the GPU without any
+  // hand-off. Otherwise it runs to its expiry; the next step hands over.
+  if (!still_first_at_expiry(now)) return;
+  const std::uint64_t extended = lease_end(*holder_, now);
+  if (extended > expiry_ns_) {
+    h.stats.granted_ns += extended - expiry_ns_;
+    expiry_ns_ = extended;
+    expiry_cut_ = extended < now + lease_length_ns();
+  }
+}
+
 bool LeaseScheduler::preempted(std::uint64_t now) const {
   const std::uint64_t start = records_.empty() ? now : records_.back().start_ns;
   if (now < start + config_.preempt_after_ns) return false;
   const Tenant& h = tenants_.at(*holder_);
-  const double margin = static_cast<double>(config_.quantum_ns) / weight_of(h.policy);
+  const double margin = static_cast<double>(lease_length_ns()) / weight_of(h.policy);
   for (const auto& [id, t] : tenants_) {
     if (id == *holder_ || t.removed || t.signals.waiting == 0) continue;
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
@@ -499,21 +583,10 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
       end_lease(now, true, starved);
     } else if (h.removed || now >= expiry_ns_ || preempted(now)) {
       end_lease(now);
-    } else if (expiry_ns_ <= now + config_.extend_margin_ns && !expiry_cut_) {
-      // Would the holder still be the least-served at its expiry? Then
-      // extend in place: a lone tenant keeps the GPU without any hand-off.
+    } else if (!expiry_cut_) {
       // (A lease cut short for a returning tenant runs out instead: if the
       // tenant is late, the next grant goes back to the holder.)
-      if (still_first_at_expiry(now)) {
-        const std::uint64_t extended = lease_end(*holder_, now);
-        if (extended > expiry_ns_) {
-          h.stats.granted_ns += extended - expiry_ns_;
-          expiry_ns_ = extended;
-          expiry_cut_ = extended < now + config_.quantum_ns;
-        }
-      } else {
-        // Let it run to its expiry; the next step after it hands over.
-      }
+      extend_or_cut(h, now);
     }
   }
   std::uint64_t deferred_until = 0;

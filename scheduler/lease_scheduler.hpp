@@ -53,6 +53,23 @@ struct SchedulerConfig {
   // A lease is extended in place when this little of it is left and the
   // holder would be chosen again.
   std::uint64_t extend_margin_ns = 5'000'000;
+  // A burst holder that no other tenant waits for keeps its lease this many
+  // quanta ahead: its gate then never waits for a daemon step that comes
+  // late (a loaded host, a daemon at normal priority) while nobody else
+  // needs the GPU. Once another tenant wants it, the lease is cut back to
+  // the extension margin, so the newcomer waits no longer than before.
+  // 1: a lone lease is extended like any other.
+  std::uint64_t lone_lease_quanta = 4;
+  // A lease lasts at least this many times the GPU time recently lost per
+  // hand-off (from the former holder's drain to the next holder's first
+  // launch: the daemon's observation and the woken thread's way to a CPU),
+  // so hand-offs cost at most about 1/lease_per_handoff of the device; up
+  // to max_lease_quanta quanta. On a quiet host a hand-off costs a few
+  // hundred microseconds and leases stay at one quantum; where wake-ups
+  // take milliseconds (CPU-bound neighbours, a daemon at normal priority, a
+  // hypervisor taking the CPU), leases grow instead of the device idling.
+  std::uint64_t lease_per_handoff = 40;
+  std::uint64_t max_lease_quanta = 4;
   // How far a capped tenant's cap clock may lag behind now: time it spent
   // eligible but waiting for another holder's lease is made up for, up to
   // this much; idle time beyond it is not banked. Bound: in any interval T a
@@ -168,6 +185,10 @@ class LeaseScheduler {
 
   TenantStats stats(TenantId id) const;
   std::optional<TenantId> holder() const { return holder_; }
+  // The length of a lease granted now (lease_per_handoff).
+  std::uint64_t lease_length_ns() const;
+  // The GPU time recently lost per hand-off (a moving average).
+  std::uint64_t handoff_cost_ns() const { return static_cast<std::uint64_t>(handoff_cost_ns_); }
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -204,10 +225,16 @@ class LeaseScheduler {
     bool idle_release = false;                   // given back for idleness (late_submit_ns)
     bool ran_dry = false;  // given back starved: its work ended by its estimate (starved_grace_ns)
     bool ended_idle = false;  // its work drained before its end (drained_at_ns < end_ns)
+    // Ended at its expiry or preempted while another tenant waited: the
+    // next lease's start measures the hand-off's cost.
+    bool handed_over = false;
+    bool handoff_measured = false;
   };
 
   void attribute(std::uint64_t now);
   void attribute_leases(std::uint64_t now);
+  // `r`, now first in line and begun: what its hand-off cost.
+  void measure_handoff(LeaseRecord& r);
   std::optional<std::uint64_t> lease_begins(const LeaseRecord& r, const Tenant* t,
                                             std::uint64_t now) const;
   void charge(Tenant& t, std::uint64_t from, std::uint64_t to);
@@ -223,6 +250,16 @@ class LeaseScheduler {
   std::optional<TenantId> choose(std::uint64_t now);
   std::optional<TenantId> choose(std::uint64_t now, bool skip_starved) const;
   bool still_first_at_expiry(std::uint64_t now) const;
+  // Whether a tenant other than the holder wants the GPU.
+  bool others_want_gpu(std::uint64_t now) const;
+  // Whether a tenant other than the holder stopped wanting it at most
+  // level_after ago (between two steps of its work).
+  bool others_away_briefly(std::uint64_t now) const;
+  std::uint64_t lone_lease_ns() const;
+  // Whether holder `h` is a burst tenant nobody else needs the GPU beside.
+  bool alone(const Tenant& h, std::uint64_t now) const;
+  // Extends the running lease in place, or cuts a lone lease back.
+  void extend_or_cut(Tenant& h, std::uint64_t now);
   bool preempted(std::uint64_t now) const;
   std::uint64_t lease_end(TenantId holder, std::uint64_t now) const;
   std::uint64_t handoff_deferral(TenantId next, std::uint64_t now) const;
@@ -242,6 +279,11 @@ class LeaseScheduler {
   std::uint64_t first_step_ns_ = 0;
   std::optional<TenantId> published_holder_;
   std::uint64_t published_expiry_ns_ = 0;
+  // The last attributed record: where its work ended, and whether it was
+  // handed over (measure_handoff).
+  std::uint64_t last_done_ns_ = 0;
+  bool last_handed_over_ = false;
+  double handoff_cost_ns_ = 0;
 };
 
 }  // namespace cushare::sched

@@ -34,14 +34,19 @@ CUresult reserved_now(CUmemoryPool pool, std::uint64_t& out) noexcept {
 
 // Brings the charge of record `i` down to the pool's reservation if it
 // shrank (frees, trims). Growth is charged only by allocations.
+// The reservation is read with the record's lock held: read before it, it
+// could predate another thread's allocation that grew the pool and settled
+// its growth meanwhile, and the difference would return that growth to the
+// quota while the pool still holds it. (Growth not yet settled is covered
+// by its allocation's own reservation in the ledger.)
 void settle_shrink(const AllocationState& st, unsigned i) noexcept {
   auto& rec = pool_record(i);
   const auto key = rec.key.load(std::memory_order_acquire);
   if (key <= PoolRecord::kRetiredKey) return;
-  std::uint64_t now = 0;
-  if (reserved_now(reinterpret_cast<CUmemoryPool>(key), now) != CUDA_SUCCESS) return;
   rec.lock();
-  if (rec.key.load(std::memory_order_relaxed) == key && now < rec.charged) {
+  std::uint64_t now = 0;
+  if (rec.key.load(std::memory_order_relaxed) == key &&
+      reserved_now(reinterpret_cast<CUmemoryPool>(key), now) == CUDA_SUCCESS && now < rec.charged) {
     release(st, rec.gpu, rec.charged - now);
     rec.charged = now;
   }
@@ -136,11 +141,13 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
     inflight_done(st, idx);
     return rc;
   }
-  // Unreadable: destroyed meanwhile; the whole reservation stays with the pool.
-  std::uint64_t after = 0;
-  const bool readable = reserved_now(pool, after) == CUDA_SUCCESS;
   rec.lock();
   rec.inflight.fetch_sub(1, std::memory_order_acq_rel);
+  // Read under the lock, like settle_shrink, so that growth and shrinkage
+  // settle in the order the pool saw them. Unreadable: destroyed meanwhile;
+  // the whole reservation stays with the pool.
+  std::uint64_t after = 0;
+  const bool readable = reserved_now(pool, after) == CUDA_SUCCESS;
   if (rec.key.load(std::memory_order_relaxed) != reinterpret_cast<std::uintptr_t>(pool)) {
     // Destroyed (and its record settled) while the driver allocated: undone,
     // so the driver frees the pool as the ledger already did.

@@ -10,6 +10,8 @@
 // escape the quota.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -37,8 +39,11 @@ struct PoolRecord {
 
   static constexpr std::uintptr_t kRetiredKey = 1;  // pool handles are aligned: never 1
 
+  // Held across one query of the pool's reservation (a driver call), so a
+  // waiter that cannot get it soon gives its CPU to the holder.
   void lock() noexcept {
-    while (locked.exchange(true, std::memory_order_acquire)) {
+    for (unsigned spins = 0; locked.exchange(true, std::memory_order_acquire); ++spins) {
+      if (spins >= 64) sched_yield();
     }
   }
   void unlock() noexcept { locked.store(false, std::memory_order_release); }

@@ -1,5 +1,6 @@
 #include "shim/gate/tracker.hpp"
 
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <array>
@@ -450,6 +451,9 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
 
 void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
   const RealDriver& r = real();
+  // The drain this thread publishes is what a hand-off waits for: its
+  // timed sleeps end on time, not up to the default 50 us timer slack late.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   // Our driver calls must never invalidate a global-mode capture elsewhere.
   if (r.cuThreadExchangeStreamCaptureMode) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

@@ -178,6 +178,57 @@ TEST(LeaseScheduler, LoneBurstTenantKeepsOneLeaseExtendedInPlace) {
   EXPECT_EQ(st.target_ppm, 1'000'000u);
 }
 
+TEST(LeaseScheduler, ALoneTenantsLeaseOutlastsADaemonThatStepsLate) {
+  // The daemon steps only every 25 ms (a loaded host, normal priority): a
+  // lease of one quantum extended 5 ms before its end ran out between two
+  // steps, and the tenant's gate held its work until the next one.
+  Sim late;
+  late.add(1, burst(30));
+  late.run(50 * kMs, 25 * kMs);
+  const std::uint64_t before = late.tenants[1].gpu_ns;
+  late.run(1000 * kMs, 25 * kMs);
+  EXPECT_GE(late.share(1, before, 1000 * kMs), 99.5);
+  EXPECT_EQ(late.sched.stats(1).grants, 1u);
+  EXPECT_LE(late.lease_expiry,
+            late.now + late.sched.config().lone_lease_quanta * late.sched.config().quantum_ns)
+      << "the lease reaches at most lone_lease_quanta ahead";
+}
+
+TEST(LeaseScheduler, ALoneLeaseIsCutBackWhenAnotherTenantWantsTheGpu) {
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.run(200 * kMs);
+  const auto& cfg = sim.sched.config();
+  EXPECT_GT(sim.lease_expiry, sim.now + cfg.quantum_ns) << "alone: a lease beyond one quantum";
+  sim.add(2, burst(1));
+  const std::uint64_t arrived = sim.now;
+  while (sim.sched.holder() != 2u && sim.now < arrived + 50 * kMs) sim.run(100 * kUs);
+  EXPECT_EQ(sim.sched.holder(), 2u);
+  EXPECT_LE(sim.now - arrived, cfg.extend_margin_ns + kMs)
+      << "the newcomer waits no longer than the extension margin";
+  auto s = measure(sim, 30 * kMs, 400 * kMs);
+  EXPECT_NEAR(s[1], 50.0, 4.0);
+  EXPECT_NEAR(s[2], 50.0, 4.0);
+}
+
+TEST(LeaseScheduler, ALeaseIsNotLoneWhileAnotherTenantIsBetweenTwoSteps) {
+  // Tenant 2 stops for 2 ms of host work after every 4 ms of GPU work: the
+  // holder's lease must keep ending where it is due back, not run 40 ms.
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(1));
+  sim.run(100 * kMs);
+  sim.tenants[2].busy = false;
+  sim.run(1 * kMs);
+  if (sim.sched.holder() == 1u) {
+    EXPECT_LE(sim.lease_expiry, sim.now + sim.sched.config().quantum_ns);
+  }
+  sim.run(20 * kMs + 2 * sim.sched.config().quantum_ns);
+  EXPECT_EQ(sim.sched.holder(), 1u);
+  EXPECT_GT(sim.lease_expiry, sim.now + sim.sched.config().quantum_ns)
+      << "away longer than a short gap: alone";
+}
+
 TEST(LeaseScheduler, LoneCappedTenantGetsExactlyItsLimit) {
   Sim sim;
   sim.add(1, capped(30));
@@ -233,6 +284,49 @@ TEST(LeaseScheduler, ASlowWakeUpAfterTheGrantIsNotChargedAsUse) {
   Sim silent;
   silent.add(1, capped(50), {.wake_ns = 1 * kMs, .publishes_resume = false});
   EXPECT_LT(measure(silent, 100 * kMs, 2000 * kMs)[1], 47.0);
+}
+
+// Four burst tenants whose woken threads take `wake` to start submitting:
+// the device's busy percentage over 2 s, and the lease length reached.
+std::pair<double, std::uint64_t> four_equal_busy(std::uint64_t wake, SchedulerConfig cfg = {}) {
+  Sim sim(cfg);
+  for (TenantId id = 1; id <= 4; ++id) sim.add(id, burst(1), {.wake_ns = wake});
+  auto s = measure(sim, 300 * kMs, 2000 * kMs);
+  double busy = 0;
+  for (const auto& [id, share] : s) busy += share;
+  return {busy, sim.sched.lease_length_ns()};
+}
+
+TEST(LeaseScheduler, LeasesGrowWhereHandOffsAreSlow) {
+  // Each hand-off wakes a thread that takes 1 ms to start submitting (a
+  // loaded host, a daemon at normal priority): with leases of one quantum
+  // the device idles a tenth of the time.
+  SchedulerConfig fixed;
+  fixed.max_lease_quanta = 1;
+  const auto [fixed_busy, fixed_lease] = four_equal_busy(1 * kMs, fixed);
+  const auto [busy, lease] = four_equal_busy(1 * kMs);
+  EXPECT_EQ(fixed_lease, fixed.quantum_ns);
+  EXPECT_LT(fixed_busy, 92.0);
+  EXPECT_GE(busy, 97.0) << "leases of " << lease / kMs << " ms";
+  EXPECT_GT(lease, 2 * fixed.quantum_ns);
+  EXPECT_LE(lease, fixed.quantum_ns * SchedulerConfig{}.max_lease_quanta);
+}
+
+TEST(LeaseScheduler, LeasesStayOneQuantumWhereHandOffsAreQuick) {
+  const auto [busy, lease] = four_equal_busy(100 * kUs);
+  EXPECT_EQ(lease, SchedulerConfig{}.quantum_ns);
+  EXPECT_GE(busy, 98.0);
+}
+
+TEST(LeaseScheduler, CapsHoldWithLeasesGrownForSlowHandOffs) {
+  Sim sim;
+  sim.add(1, capped(30), {.wake_ns = 2 * kMs});
+  sim.add(2, capped(50), {.wake_ns = 2 * kMs});
+  sim.add(3, burst(10), {.wake_ns = 2 * kMs});
+  auto s = measure(sim, 300 * kMs, 3000 * kMs);
+  EXPECT_GT(sim.sched.lease_length_ns(), sim.sched.config().quantum_ns);
+  EXPECT_NEAR(s[1], 30.0, 1.0);
+  EXPECT_NEAR(s[2], 50.0, 1.0);
 }
 
 TEST(LeaseScheduler, ALeaseIsChargedFromItsFirstLaunchWithinTheGrace) {
@@ -297,6 +391,7 @@ TEST(LeaseScheduler, OverrunIsChargedToTheHolder) {
 
 TEST(LeaseScheduler, NextGrantWaitsForTheFormerHoldersQueuedWork) {
   SchedulerConfig cfg;
+  cfg.lone_lease_quanta = 1;  // a lease of one quantum, though tenant 2 waits only later
   LeaseScheduler s(cfg);
   s.set_tenant(1, burst(1), kT0);
   s.set_tenant(2, burst(1), kT0);
@@ -352,6 +447,7 @@ TEST(LeaseScheduler, ABusyProcessKeepsTheAllocationUndrained) {
   // other still runs a long kernel. The mark does not speak for the
   // allocation while a process counts itself busy.
   SchedulerConfig cfg;
+  cfg.lone_lease_quanta = 1;  // a lease of one quantum, though tenant 2 waits only later
   LeaseScheduler s(cfg);
   s.set_tenant(1, burst(1), kT0);
   s.set_tenant(2, burst(1), kT0);

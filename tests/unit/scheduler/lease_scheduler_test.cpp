@@ -167,6 +167,13 @@ std::map<TenantId, double> measure(Sim& sim, std::uint64_t warmup, std::uint64_t
   return out;
 }
 
+// Tenants 1 and 2, equal weights, split the GPU evenly after `warmup`.
+void expect_even_split(Sim& sim, std::uint64_t warmup, std::uint64_t window, double tolerance) {
+  auto s = measure(sim, warmup, window);
+  EXPECT_NEAR(s[1], 50.0, tolerance);
+  EXPECT_NEAR(s[2], 50.0, tolerance);
+}
+
 TEST(LeaseScheduler, LoneBurstTenantKeepsOneLeaseExtendedInPlace) {
   Sim sim;
   sim.add(1, burst(30));
@@ -206,9 +213,7 @@ TEST(LeaseScheduler, ALoneLeaseIsCutBackWhenAnotherTenantWantsTheGpu) {
   EXPECT_EQ(sim.sched.holder(), 2u);
   EXPECT_LE(sim.now - arrived, cfg.extend_margin_ns + kMs)
       << "the newcomer waits no longer than the extension margin";
-  auto s = measure(sim, 30 * kMs, 400 * kMs);
-  EXPECT_NEAR(s[1], 50.0, 4.0);
-  EXPECT_NEAR(s[2], 50.0, 4.0);
+  expect_even_split(sim, 30 * kMs, 400 * kMs, 4.0);
 }
 
 TEST(LeaseScheduler, ALeaseIsNotLoneWhileAnotherTenantIsBetweenTwoSteps) {
@@ -553,9 +558,7 @@ TEST(LeaseScheduler, NewcomerCannotClaimTimeFromBeforeItArrived) {
   sim.add(1, burst(1));
   sim.run(1000 * kMs);
   sim.add(2, burst(1));
-  auto s = measure(sim, 30 * kMs, 200 * kMs);
-  EXPECT_NEAR(s[1], 50.0, 6.0);
-  EXPECT_NEAR(s[2], 50.0, 6.0);
+  expect_even_split(sim, 30 * kMs, 200 * kMs, 6.0);
 }
 
 TEST(LeaseScheduler, ReturningFromIdleDoesNotBankCredit) {
@@ -564,9 +567,7 @@ TEST(LeaseScheduler, ReturningFromIdleDoesNotBankCredit) {
   sim.add(2, burst(1), {.busy = false});
   sim.run(500 * kMs);
   sim.tenants[2].busy = true;
-  auto s = measure(sim, 30 * kMs, 200 * kMs);
-  EXPECT_NEAR(s[1], 50.0, 6.0);
-  EXPECT_NEAR(s[2], 50.0, 6.0);
+  expect_even_split(sim, 30 * kMs, 200 * kMs, 6.0);
 }
 
 TEST(LeaseScheduler, IdleGapsInsideLeasesAreRefundedSoCapsHoldInBusyTime) {

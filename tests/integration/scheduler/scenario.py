@@ -161,6 +161,10 @@ class Env:
         self.capped = set()     # tenants whose cap is an upper bound
         self.killed = set()     # tenants the scenario kills itself
         self.health = []        # what went wrong besides the figures
+        # Of the host's CPU time during the last measured window, the percentage
+        # a hypervisor took (steal): printed beside the figures, which a
+        # starved VM moves whatever the scheduler does.
+        self.window_steal = None
         self.base_env = dict(os.environ)
         self.base_env.update({
             "FAKEGPU_STATE": self.state,
@@ -233,22 +237,26 @@ class Env:
         r = subprocess.run([os.path.join(self.build, "bin", "fakegpu-stat"), "--json"],
                            env=self.base_env, capture_output=True, text=True, check=True)
         dev = json.loads(r.stdout)["devices"][0]
-        return time.monotonic(), dev["busy_ns"], {p["pid"]: p["busy_ns"] for p in dev["processes"]}
+        return (time.monotonic(), dev["busy_ns"], {p["pid"]: p["busy_ns"] for p in dev["processes"]},
+                host_cpu_ticks())
 
     def shares(self, before, after):
-        t0, d0, p0 = before
-        t1, d1, p1 = after
+        t0, d0, p0, c0 = before
+        t1, d1, p1, c1 = after
         span = (t1 - t0) * 1e9
         out = {"device": 100.0 * (d1 - d0) / span}
         for name, p in self.tenants.items():
             out[name] = 100.0 * (p1.get(p.pid, 0) - p0.get(p.pid, 0)) / span
+        total = sum(c1) - sum(c0)
+        if len(c0) > 7 and total > 0:
+            self.window_steal = 100.0 * (c1[7] - c0[7]) / total
         return out
 
     def wait_ready(self, names, timeout=5.0):
         """Waits until every tenant has run some GPU time (its context exists)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            _, _, procs = self.stat()
+            _, _, procs, _ = self.stat()
             if all(procs.get(self.tenants[n].pid, 0) > 0 for n in names):
                 return
             time.sleep(0.05)
@@ -270,6 +278,16 @@ class Env:
             self.daemon.stop(timeout=5)
         if not self.keep:
             subprocess.run(["rm", "-rf", self.tmp])
+
+
+def host_cpu_ticks():
+    """The host's CPU time counters (/proc/stat's cpu line: user, nice,
+    system, idle, iowait, irq, softirq, steal, ...), () where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            return tuple(int(x) for x in f.readline().split()[1:])
+    except (OSError, ValueError):
+        return ()
 
 
 def check(shares, checks, capped=frozenset(), slack=0):
@@ -472,8 +490,10 @@ def main():
     failures += env.health
     if a.json:
         print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "window_s": a.window, "shares": shares,
-                          "checks": [list(c) for c in checks], "failures": failures}))
-    log(f"{a.name}: {fmt(shares)}")
+                          "checks": [list(c) for c in checks], "failures": failures,
+                          "host_steal_pct": env.window_steal}))
+    steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen)"
+    log(f"{a.name}: {fmt(shares)}{steal}")
     for f in failures:
         log("FAIL " + f)
     return 1 if failures else 0

@@ -135,6 +135,16 @@ RAISED = os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1"
 # slow never pushes a tenant over its cap). The plain build judges the figures.
 SANITIZED_SLACK = 10 if os.environ.get("CUSHARE_SCENARIO_SANITIZED") == "1" else 0
 
+# A window in which a hypervisor took more than STEAL_LIMIT_PCT of the host's
+# CPU time (`steal` in /proc/stat) measures the VM, not the scheduler: every
+# thread a hand-off waits for, the daemon's too, whatever its priority, was
+# off the CPU for part of it (on the development VM, four equal tenants ran at
+# 88 % with a fifth of the CPU stolen, at 97.5-97.9 % with 0.5 % stolen around
+# it). Such a window is measured again, up to WINDOWS windows in all; the last
+# one is judged whatever its steal, so a host that is always starved fails.
+STEAL_LIMIT_PCT = 5.0
+WINDOWS = 3
+
 # What a sanitizer prints when it finds something (ASan aborts the process,
 # UBSan halts it; both print first).
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
@@ -207,6 +217,23 @@ class Env:
         if mode == "capped":
             self.capped.add(name)
         return p
+
+    def measure(self, window):
+        """The shares over the next `window` seconds (see STEAL_LIMIT_PCT)."""
+        for attempt in range(1, WINDOWS + 1):
+            before = self.stat()
+            time.sleep(window)
+            shares = self.shares(before, self.stat())
+            stolen = self.window_steal
+            if stolen is None or stolen <= STEAL_LIMIT_PCT:
+                break
+            if attempt < WINDOWS:
+                log(f"window {attempt}: {fmt(shares)} with {stolen:.1f} % of the host's CPU "
+                    f"time stolen: measured again")
+            else:
+                log(f"every window had more than {STEAL_LIMIT_PCT:g} % of the host's CPU time "
+                    f"stolen: the last one is judged")
+        return shares
 
     def judge(self, shares, checks):
         return check(shares, checks, self.capped, SANITIZED_SLACK)
@@ -332,26 +359,22 @@ def run_table(env, name, window, warmup):
     tenants, checks = SCENARIOS[name]
     checks = shaped_checks(checks, tenants, env.shape)
     for t in tenants:
-        env.start_tenant(*t, seconds=warmup + window + 3)
+        env.start_tenant(*t, seconds=warmup + WINDOWS * window + 3)
     env.wait_ready([t[0] for t in tenants])
     time.sleep(warmup)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     return shares, env.judge(shares, checks), checks
 
 
 def run_late_joiner(env, window, warmup):
     """A second tenant starts mid-run: within tolerance 1 s after it starts."""
-    env.start_tenant("t1", 25, "burst", "1000", seconds=warmup + window + 6)
+    env.start_tenant("t1", 25, "burst", "1000", seconds=warmup + WINDOWS * window + 6)
     env.wait_ready(["t1"])
     time.sleep(warmup)
-    env.start_tenant("t2", 75, "burst", "1000", seconds=window + 4)
+    env.start_tenant("t2", 75, "burst", "1000", seconds=WINDOWS * window + 4)
     env.wait_ready(["t2"])
     time.sleep(1.0)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     checks = shaped_checks([("share", "t1", 25, 2), ("share", "t2", 75, 2)],
                            [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
     return shares, env.judge(shares, checks), checks
@@ -362,14 +385,13 @@ def run_multi_process(env, window, warmup):
     kernels, against a single-process tenant, weights 1:3: the allocation's
     share is the sum of its processes' (one process seeing its own queue
     empty must not end the other's overrun)."""
-    env.start_tenant("t1_short", 25, "burst", "1000", seconds=warmup + window + 3, alloc="t1")
-    env.start_tenant("t1_long", 25, "burst", "20000", seconds=warmup + window + 3, alloc="t1")
-    env.start_tenant("t2", 75, "burst", "1000", seconds=warmup + window + 3)
+    seconds = warmup + WINDOWS * window + 3
+    env.start_tenant("t1_short", 25, "burst", "1000", seconds=seconds, alloc="t1")
+    env.start_tenant("t1_long", 25, "burst", "20000", seconds=seconds, alloc="t1")
+    env.start_tenant("t2", 75, "burst", "1000", seconds=seconds)
     env.wait_ready(["t1_short", "t1_long", "t2"])
     time.sleep(warmup)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     shares["t1"] = shares["t1_short"] + shares["t1_long"]
     checks = shaped_checks([("share", "t1", 25, 3), ("share", "t2", 75, 3)],
                            [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape)
@@ -379,8 +401,8 @@ def run_multi_process(env, window, warmup):
 def run_daemon_restart(env, window, warmup):
     """kill -9 the daemon and restart it: tenants keep running, shares back
     within 2 s, no quota lost."""
-    env.start_tenant("t1", 30, "capped", "1000", seconds=warmup + window + 10)
-    env.start_tenant("t2", 50, "capped", "1000", seconds=warmup + window + 10)
+    env.start_tenant("t1", 30, "capped", "1000", seconds=warmup + WINDOWS * window + 10)
+    env.start_tenant("t2", 50, "capped", "1000", seconds=warmup + WINDOWS * window + 10)
     env.wait_ready(["t1", "t2"])
     time.sleep(warmup)
     env.kill_daemon()
@@ -395,9 +417,7 @@ def run_daemon_restart(env, window, warmup):
         failures.append(f"tenants stalled while the daemon was down (device {gone['device']:.1f} %)")
     env.start_daemon()
     time.sleep(2.0)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     checks = [("share", "t1", 30, 2), ("share", "t2", 50, 2)]
     failures += env.judge(shares, checks)
     log(f"while the daemon was down: {fmt(gone)}")
@@ -407,21 +427,19 @@ def run_daemon_restart(env, window, warmup):
 def run_standalone_30_50(env, window, warmup):
     """No daemon: caps of 30 and 50 held by the local duty cycle, the two
     allocations' windows laid end to end through the node run dir."""
-    env.start_tenant("t1", 30, "capped", "1000", seconds=warmup + window + 3)
-    env.start_tenant("t2", 50, "capped", "1000", seconds=warmup + window + 3)
+    env.start_tenant("t1", 30, "capped", "1000", seconds=warmup + WINDOWS * window + 3)
+    env.start_tenant("t2", 50, "capped", "1000", seconds=warmup + WINDOWS * window + 3)
     env.wait_ready(["t1", "t2"])
     time.sleep(warmup)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     checks = [("share", "t1", 30, 3), ("share", "t2", 50, 3)]
     return shares, env.judge(shares, checks), checks
 
 
 def run_kill_holder(env, window, warmup):
     """kill -9 the tenant holding the lease: the others resume within 1 s."""
-    env.start_tenant("t1", 50, "burst", "1000", seconds=warmup + window + 8)
-    env.start_tenant("t2", 50, "burst", "1000", seconds=warmup + window + 8)
+    env.start_tenant("t1", 50, "burst", "1000", seconds=warmup + WINDOWS * window + 8)
+    env.start_tenant("t2", 50, "burst", "1000", seconds=warmup + WINDOWS * window + 8)
     env.wait_ready(["t1", "t2"])
     time.sleep(warmup)
     # The holder is whoever's limits show lease_holder=1; killing either
@@ -443,9 +461,7 @@ def run_kill_holder(env, window, warmup):
     env.tenants[holder].send_signal(signal.SIGKILL)
     env.tenants[holder].wait()
     time.sleep(1.0)
-    before = env.stat()
-    time.sleep(window)
-    shares = env.shares(before, env.stat())
+    shares = env.measure(window)
     checks = shaped_checks([("min", other, 95)], [(other, 50, "burst")], env.shape)
     return shares, env.judge(shares, checks), checks
 

@@ -9,8 +9,11 @@ set(CUSHARE_TEST_PRELOAD_PREFIX "")
 # sanitizers' recommended level, whose reports keep file:line frames, at about
 # half the compile time of -O2 -g (an instrumented build of the tree is most of
 # CI's time on two cores). These come after the build type's flags, so they win.
+# Tests that judge timing read CUSHARE_TEST_SANITIZED (tests/lib/cushare_timing.py):
+# instrumented code is slower on the paths a hand-off waits for.
 if(NOT CUSHARE_SANITIZE STREQUAL "")
   add_compile_options(-O1 -g1)
+  list(APPEND CUSHARE_TEST_ENV "CUSHARE_TEST_SANITIZED=1")
 endif()
 if(CUSHARE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

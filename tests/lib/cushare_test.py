@@ -32,6 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cushare_timing as tm  # noqa: E402
 from cushare_regions import SOCKET_NAME  # noqa: E402
 
 SKIP = 77
@@ -314,6 +315,37 @@ class Node:
     def device(self, index=0):
         return self.stat()["devices"][index]
 
+    def wait_running(self, procs, device=0, timeout=30):
+        """Until every process of `procs` (name -> Popen) has run on `device`
+        (ground truth): a container and an instrumented shim can take over a
+        second to start."""
+        deadline = time.monotonic() + timeout
+        while not all(busy_by_pid(self.device(device)).get(p.pid, 0) > 0 for p in procs.values()):
+            check(time.monotonic() < deadline, f"{', '.join(procs)} never ran on GPU {device}")
+            time.sleep(0.05)
+
+    def shares(self, procs, window, device=0, settle=1.0):
+        """Each process's share of wall time on `device` (percent, ground
+        truth), and the device's ("device"), over `window` seconds after
+        `settle`; measured again where a hypervisor took the host's CPU
+        (tests/lib/cushare_timing.py). A process must live
+        lifetime(window, settle) seconds."""
+        time.sleep(settle)
+
+        def sample():
+            return time.monotonic(), self.device(device)
+
+        def shares(before, after):
+            (t0, d0), (t1, d1) = before, after
+            span = (t1 - t0) * 1e9
+            b0, b1 = busy_by_pid(d0), busy_by_pid(d1)
+            out = {n: 100.0 * (b1.get(p.pid, 0) - b0.get(p.pid, 0)) / span for n, p in procs.items()}
+            out["device"] = 100.0 * (d1["busy_ns"] - d0["busy_ns"]) / span
+            return out
+
+        result, _ = tm.measure(sample, shares, window, log=lambda m: print("  " + m, flush=True))
+        return result
+
     def reset_peak(self):
         """Restarts every device's memory high-water mark from the memory in use."""
         r = subprocess.run([self.b.tool("fakegpu-stat"), "--reset-peak"], env=self.env,
@@ -372,6 +404,12 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._observe()
+
+
+def lifetime(window, settle=1.0):
+    """`--seconds` for a tenant that Node.shares(window, settle) measures:
+    its start, settling, and every window the host's steal may call for."""
+    return f"{5 + settle + tm.WINDOWS * window:g}"
 
 
 def busy_by_pid(dev):

@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
 import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
+import cushare_timing as tm  # noqa: E402
 
 # name -> (tenants, checks). Tenant: (name, limit %, mode, kernel_us).
 # Check: ("share", tenant, target, tolerance) | ("min", tenant, value)
@@ -126,29 +127,9 @@ def shaped_checks(checks, tenants, shape):
 # DaemonSet); tenants run at normal priority, as in production.
 RAISED = os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1"
 
-# In a sanitizer build (CMake sets this for ASan and TSan) the shim, its
-# poller, the daemon and fakegpu all run instrumented, several times slower
-# on exactly the paths a hand-off waits for, so the figures measure the
-# instrumentation. The scenarios still run there, for what the sanitizers
-# find in the code they exercise, and for gross errors: every tolerance
-# widens by this many points, except a capped tenant's upper bound (being
-# slow never pushes a tenant over its cap). The plain build judges the figures.
-SANITIZED_SLACK = 10 if os.environ.get("CUSHARE_SCENARIO_SANITIZED") == "1" else 0
-
-# A window in which a hypervisor took more than STEAL_LIMIT_PCT of the host's
-# CPU time (`steal` in /proc/stat) measures the VM, not the scheduler: every
-# thread a hand-off waits for, the daemon's too, whatever its priority, was
-# off the CPU for part of it (on the development VM, four equal tenants ran at
-# 88 % with a fifth of the CPU stolen, at 97.5-97.9 % with 0.5 % stolen around
-# it). Such a window is measured again, up to WINDOWS windows in all; the last
-# one is judged whatever its steal, so a host that is always starved fails.
-STEAL_LIMIT_PCT = 5.0
-WINDOWS = 3
-
-# What a sanitizer prints when it finds something (ASan aborts the process,
-# UBSan halts it; both print first).
-SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                     "WARNING: ThreadSanitizer")
+# Steal-stricken windows and sanitizer builds: tests/lib/cushare_timing.py.
+SANITIZED_SLACK = tm.SANITIZED_SLACK
+WINDOWS = tm.WINDOWS
 
 
 def log(msg):
@@ -219,20 +200,8 @@ class Env:
         return p
 
     def measure(self, window):
-        """The shares over the next `window` seconds (see STEAL_LIMIT_PCT)."""
-        for attempt in range(1, WINDOWS + 1):
-            before = self.stat()
-            time.sleep(window)
-            shares = self.shares(before, self.stat())
-            stolen = self.window_steal
-            if stolen is None or stolen <= STEAL_LIMIT_PCT:
-                break
-            if attempt < WINDOWS:
-                log(f"window {attempt}: {fmt(shares)} with {stolen:.1f} % of the host's CPU "
-                    f"time stolen: measured again")
-            else:
-                log(f"every window had more than {STEAL_LIMIT_PCT:g} % of the host's CPU time "
-                    f"stolen: the last one is judged")
+        """The shares over the next `window` seconds (tests/lib/cushare_timing.py)."""
+        shares, self.window_steal = tm.measure(self.stat, self.shares, window, log)
         return shares
 
     def judge(self, shares, checks):
@@ -251,39 +220,32 @@ class Env:
         for path in logs:
             try:
                 with open(path, errors="replace") as f:
-                    text = f.read()
+                    report = tm.sanitizer_report(f.read())
             except OSError:
                 continue
-            for marker in SANITIZER_REPORTS:
-                if marker in text:
-                    at = text.index(marker)
-                    self.health.append(f"{os.path.basename(path)}: {text[at:at + 2000]}")
-                    break
+            if report:
+                self.health.append(f"{os.path.basename(path)}: {report}")
 
     def stat(self):
         r = subprocess.run([os.path.join(self.build, "bin", "fakegpu-stat"), "--json"],
                            env=self.base_env, capture_output=True, text=True, check=True)
         dev = json.loads(r.stdout)["devices"][0]
-        return (time.monotonic(), dev["busy_ns"], {p["pid"]: p["busy_ns"] for p in dev["processes"]},
-                host_cpu_ticks())
+        return time.monotonic(), dev["busy_ns"], {p["pid"]: p["busy_ns"] for p in dev["processes"]}
 
     def shares(self, before, after):
-        t0, d0, p0, c0 = before
-        t1, d1, p1, c1 = after
+        t0, d0, p0 = before
+        t1, d1, p1 = after
         span = (t1 - t0) * 1e9
         out = {"device": 100.0 * (d1 - d0) / span}
         for name, p in self.tenants.items():
             out[name] = 100.0 * (p1.get(p.pid, 0) - p0.get(p.pid, 0)) / span
-        total = sum(c1) - sum(c0)
-        if len(c0) > 7 and total > 0:
-            self.window_steal = 100.0 * (c1[7] - c0[7]) / total
         return out
 
     def wait_ready(self, names, timeout=5.0):
         """Waits until every tenant has run some GPU time (its context exists)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            _, _, procs, _ = self.stat()
+            _, _, procs = self.stat()
             if all(procs.get(self.tenants[n].pid, 0) > 0 for n in names):
                 return
             time.sleep(0.05)
@@ -305,16 +267,6 @@ class Env:
             self.daemon.stop(timeout=5)
         if not self.keep:
             subprocess.run(["rm", "-rf", self.tmp])
-
-
-def host_cpu_ticks():
-    """The host's CPU time counters (/proc/stat's cpu line: user, nice,
-    system, idle, iowait, irq, softirq, steal, ...), () where unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            return tuple(int(x) for x in f.readline().split()[1:])
-    except (OSError, ValueError):
-        return ()
 
 
 def check(shares, checks, capped=frozenset(), slack=0):
@@ -349,10 +301,6 @@ def check(shares, checks, capped=frozenset(), slack=0):
     if slack and failures:
         failures = [f + f" (by more than the sanitizer build's {slack} points)" for f in failures]
     return failures
-
-
-def fmt(shares):
-    return " ".join(f"{k}={v:.1f}%" for k, v in shares.items())
 
 
 def run_table(env, name, window, warmup):
@@ -420,7 +368,7 @@ def run_daemon_restart(env, window, warmup):
     shares = env.measure(window)
     checks = [("share", "t1", 30, 2), ("share", "t2", 50, 2)]
     failures += env.judge(shares, checks)
-    log(f"while the daemon was down: {fmt(gone)}")
+    log(f"while the daemon was down: {tm.figures(gone)}")
     return shares, failures, checks
 
 
@@ -509,7 +457,7 @@ def main():
                           "checks": [list(c) for c in checks], "failures": failures,
                           "host_steal_pct": env.window_steal}))
     steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen)"
-    log(f"{a.name}: {fmt(shares)}{steal}")
+    log(f"{a.name}: {tm.figures(shares)}{steal}")
     for f in failures:
         log("FAIL " + f)
     return 1 if failures else 0

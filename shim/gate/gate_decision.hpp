@@ -23,6 +23,24 @@ inline constexpr std::uint64_t kDefaultQuantumNs = 10'000'000;
 // horizons long from now: a burst of launches cannot queue seconds of work.
 inline constexpr std::uint64_t kLocalLeaseHorizons = 4;
 
+// The queue a lease holder may keep ahead of the GPU: a quarter of what is
+// left of its lease, from kQueueHorizonNs up to kMaxQueueHorizonNs. Within a
+// lease of one quantum that is the 2 ms horizon; a lone holder's lease, kept
+// several quanta ahead, lets it queue up to 8 ms and so ride out a CPU stall
+// (a hypervisor taking the host's CPU, a burst of other work) that would
+// otherwise leave the GPU idle under its lease. The deeper queue is bounded
+// by the lease like any other: it shrinks as the lease's end comes near, and
+// a lease cut back when another tenant arrives keeps that tenant waiting for
+// at most kMaxQueueHorizonNs of the holder's work (charged to the holder).
+inline constexpr std::uint64_t kMaxQueueHorizonNs = 8'000'000;
+inline constexpr std::uint64_t kLeaseLeftPerHorizon = 4;
+
+[[gnu::always_inline]] inline std::uint64_t queue_horizon_ns(std::uint64_t now,
+                                                             std::uint64_t expiry) noexcept {
+  const std::uint64_t left = expiry > now ? expiry - now : 0;
+  return std::clamp(left / kLeaseLeftPerHorizon, kQueueHorizonNs, kMaxQueueHorizonNs);
+}
+
 // Whether a launch may go now, holding a lease that expires at `expiry`,
 // with `queued_ns` of work (the tracker's estimate) ahead of it.
 [[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
@@ -77,6 +95,8 @@ struct GateSnapshot {
   std::uint64_t unticked_since_ns = 0;
   std::uint64_t queued_ns = 0;  // the tracker's queue estimate at `now`
   std::uint64_t per_launch_ns = 0;
+  // queue_horizon_ns() under a daemon's lease, kQueueHorizonNs without one;
+  // queued_ns was estimated against it.
   std::uint64_t horizon_ns = kQueueHorizonNs;
   DutyCycleView duty;  // read only while no daemon arbitrates
 };

@@ -35,7 +35,6 @@ namespace {
 using gate::GateAction;
 using gate::GateSnapshot;
 using gate::GateStep;
-using gate::kQueueHorizonNs;
 using shm::monotonic_ns;
 
 // The launch between enter and exit (tracker null: not gated).
@@ -60,8 +59,8 @@ unsigned gpu_of_launch(const AllocationState& st) noexcept {
 // (the estimate is read only when asked: it is on the fast path).
 [[gnu::always_inline]] inline bool queue_allows(std::uint64_t now, std::uint64_t expiry,
                                                 const gate::GpuTracker& tr) noexcept {
-  return gate::queue_allows(now, expiry, tr.queued_estimate_ns(now, kQueueHorizonNs),
-                            kQueueHorizonNs);
+  const std::uint64_t horizon = gate::queue_horizon_ns(now, expiry);
+  return gate::queue_allows(now, expiry, tr.queued_estimate_ns(now, horizon), horizon);
 }
 
 // The allocation's limits as the local duty cycle sees them. The window's
@@ -133,9 +132,11 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu,
   s.lease_expiry_ns = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_acquire);
   s.heartbeat_ns = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
   if (s.heartbeat_ns == 0) s.unticked_since_ns = unticked_since(st, s.now);
+  const bool arbitrated = gate::daemon_arbitrates(s);
+  if (arbitrated) s.horizon_ns = gate::queue_horizon_ns(s.now, s.lease_expiry_ns);
   s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
   s.per_launch_ns = tr.per_launch_ns();
-  if (!gate::daemon_arbitrates(s)) s.duty = duty_cycle_view(st, gpu, s.now);
+  if (!arbitrated) s.duty = duty_cycle_view(st, gpu, s.now);
   return s;
 }
 

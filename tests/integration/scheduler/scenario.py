@@ -128,6 +128,10 @@ def shaped_checks(checks, tenants, shape):
 RAISED = os.environ.get("CUSHARE_SCENARIO_NO_PRIORITY") != "1"
 
 # Steal-stricken windows and sanitizer builds: tests/lib/cushare_timing.py.
+# --stalls: stall_cpu.py on every CPU at this SCHED_FIFO priority, above the
+# daemon's (a hypervisor preempts everything in the VM).
+STALL_CPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stall_cpu.py")
+STALL_PRIORITY = 50
 SANITIZED_SLACK = tm.SANITIZED_SLACK
 WINDOWS = tm.WINDOWS
 
@@ -137,7 +141,7 @@ def log(msg):
 
 
 class Env:
-    def __init__(self, build_dir, quantum_ms, keep, shape="async", hogs=0):
+    def __init__(self, build_dir, quantum_ms, keep, shape="async", hogs=0, stalls=None):
         self.build = os.path.abspath(build_dir)
         self.tmp = tempfile.mkdtemp(prefix="cushare-sched-")
         self.run_dir = os.path.join(self.tmp, "run")
@@ -147,6 +151,11 @@ class Env:
         self.keep = keep
         self.shape = shape
         self.hogs = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(hogs)]
+        if stalls:  # "BURST_MS:PERIOD_MS": simulated steal on every CPU (stall_cpu.py)
+            burst, period = stalls.split(":")
+            self.hogs += [subprocess.Popen(["chrt", "-f", str(STALL_PRIORITY), "taskset", "-c", str(cpu),
+                                            "/usr/bin/python3", STALL_CPU, burst, period])
+                          for cpu in sorted(os.sched_getaffinity(0))]
         self.daemon = None
         self.tenants = {}
         self.capped = set()     # tenants whose cap is an upper bound
@@ -426,10 +435,12 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="async",
                     help="what every tenant's workload looks like")
     ap.add_argument("--hogs", type=int, default=0, help="CPU-bound processes running beside")
+    ap.add_argument("--stalls", metavar="BURST_MS:PERIOD_MS",
+                    help="take every CPU away for BURST_MS every PERIOD_MS on average (needs root)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     a = ap.parse_args()
-    env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs)
+    env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs, a.stalls)
     try:
         if a.name != "standalone_30_50":
             env.start_daemon()
@@ -453,7 +464,7 @@ def main():
     env.close()
     failures += env.health
     if a.json:
-        print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "window_s": a.window, "shares": shares,
+        print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "stalls": a.stalls, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures,
                           "host_steal_pct": env.window_steal}))
     steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen)"

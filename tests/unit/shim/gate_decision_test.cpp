@@ -170,6 +170,39 @@ TEST(GateDecision, TheDutyCycleIsIgnoredWhileADaemonArbitrates) {
   EXPECT_EQ(decide_gate(s), kGo);
 }
 
+TEST(QueueHorizon, IsTheBaseHorizonWithinAOneQuantumLease) {
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + kDefaultQuantumNs), kQueueHorizonNs + kMs / 2);
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + 5 * kMs), kHorizon);
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + 1), kHorizon);
+}
+
+TEST(QueueHorizon, GrowsWithALongLeaseUpToItsCeiling) {
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + 20 * kMs), 5 * kMs);
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + 40 * kMs), kMaxQueueHorizonNs);
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow + 4'000 * kMs), kMaxQueueHorizonNs);
+}
+
+TEST(QueueHorizon, AnExpiredLeaseGetsTheBaseHorizon) {
+  EXPECT_EQ(queue_horizon_ns(kNow, kNow - kMs), kHorizon);
+  EXPECT_EQ(queue_horizon_ns(kNow, 0), kHorizon);
+}
+
+TEST(GateDecision, ALongLeasesDeeperQueueStillEndsInsideTheLease) {
+  // A lone holder's lease 40 ms ahead: 8 ms may be queued, not 8 ms and more.
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + 40 * kMs;
+  s.horizon_ns = queue_horizon_ns(s.now, s.lease_expiry_ns);
+  s.queued_ns = 7 * kMs;
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = kMaxQueueHorizonNs + kMs;
+  EXPECT_EQ(decide_gate(s), progress(kMs));
+  // Cut back to 5 ms when another tenant arrives: the horizon shrinks with it.
+  s.lease_expiry_ns = kNow + 5 * kMs;
+  s.horizon_ns = queue_horizon_ns(s.now, s.lease_expiry_ns);
+  s.queued_ns = 3 * kMs;
+  EXPECT_EQ(decide_gate(s), progress(kMs));
+}
+
 TEST(GateDecision, QueueAllowsAndExcessAgree) {
   // queue_allows() is what the fast path asks; the excess is zero exactly
   // when it says yes (with something queued).

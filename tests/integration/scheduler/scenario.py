@@ -32,6 +32,9 @@ import cushare_timing as tm  # noqa: E402
 SCENARIOS = {
     "capped30": ([("t1", 30, "capped", "1000")], [("share", "t1", 30, 2)]),
     "burst30": ([("t1", 30, "burst", "1000")], [("min", "t1", 95)]),
+    # Run with --stalls: the driver alone, without the shim, keeps the device
+    # 100 % busy through the same stalls, so a lone tenant must stay within 2.
+    "burst30_stalled": ([("t1", 30, "burst", "1000")], [("min", "t1", 98)]),
     "burst_weights_1_3": ([("t1", 10, "burst", "1000"), ("t2", 30, "burst", "1000")],
                           [("share", "t1", 25, 2), ("share", "t2", 75, 2)]),
     "capped_30_50": ([("t1", 30, "capped", "1000"), ("t2", 50, "capped", "1000")],
@@ -156,6 +159,11 @@ class Env:
             self.hogs += [subprocess.Popen(["chrt", "-f", str(STALL_PRIORITY), "taskset", "-c", str(cpu),
                                             "/usr/bin/python3", STALL_CPU, burst, period])
                           for cpu in sorted(os.sched_getaffinity(0))]
+            time.sleep(0.3)
+            if any(h.poll() is not None for h in self.hogs):
+                for h in self.hogs:
+                    h.kill()
+                raise RuntimeError("stall_cpu.py did not start at SCHED_FIFO (chrt, taskset)")
         self.daemon = None
         self.tenants = {}
         self.capped = set()     # tenants whose cap is an upper bound
@@ -440,6 +448,8 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     a = ap.parse_args()
+    if a.stalls and os.geteuid() != 0:
+        ct.skip_or_fail("--stalls needs root (SCHED_FIFO)")
     env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs, a.stalls)
     try:
         if a.name != "standalone_30_50":

@@ -33,8 +33,10 @@ SCENARIOS = {
     "capped30": ([("t1", 30, "capped", "1000")], [("share", "t1", 30, 2)]),
     "burst30": ([("t1", 30, "burst", "1000")], [("min", "t1", 95)]),
     # Run with --stalls: the driver alone, without the shim, keeps the device
-    # 100 % busy through the same stalls, so a lone tenant must stay within 2.
-    "burst30_stalled": ([("t1", 30, "burst", "1000")], [("min", "t1", 98)]),
+    # 100 % busy through the same stalls (6:30). A 2 ms queue lost 5-8 points
+    # there; 96 leaves room for a real hypervisor's steal on top (96.2-97.7 %
+    # with 16-20 % of the CPU stolen besides).
+    "burst30_stalled": ([("t1", 30, "burst", "1000")], [("min", "t1", 96)]),
     "burst_weights_1_3": ([("t1", 10, "burst", "1000"), ("t2", 30, "burst", "1000")],
                           [("share", "t1", 25, 2), ("share", "t2", 75, 2)]),
     "capped_30_50": ([("t1", 30, "capped", "1000"), ("t2", 50, "capped", "1000")],

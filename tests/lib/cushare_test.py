@@ -329,7 +329,7 @@ class Node:
         truth), and the device's ("device"), over `window` seconds after
         `settle`; measured again where a hypervisor took the host's CPU
         (tests/lib/cushare_timing.py). A process must live
-        lifetime(window, settle) seconds."""
+        lifetime(window, settle) seconds. Returns cushare_timing.Measured."""
         time.sleep(settle)
 
         def sample():
@@ -343,8 +343,7 @@ class Node:
             out["device"] = 100.0 * (d1["busy_ns"] - d0["busy_ns"]) / span
             return out
 
-        result, _ = tm.measure(sample, shares, window, log=lambda m: print("  " + m, flush=True))
-        return result
+        return tm.measure(sample, shares, window, log=lambda m: print("  " + m, flush=True))
 
     def reset_peak(self):
         """Restarts every device's memory high-water mark from the memory in use."""

@@ -23,6 +23,7 @@ Import with:  sys.path.insert(0, <repo>/tests/lib); import cushare_timing as tm
 """
 import os
 import time
+from typing import NamedTuple
 
 STEAL_LIMIT_PCT = 5.0
 WINDOWS = 3
@@ -60,16 +61,31 @@ def figures(shares):
     return " ".join(f"{k}={v:.1f}%" for k, v in items)
 
 
+class Measured(NamedTuple):
+    """What measure() saw: `shares` of the window judged (the last), the
+    percentage of the host's CPU stolen in it (None: not counted), and every
+    window measured. A bound that being slow never breaks (a cap, what an
+    attacker may take) must hold in every window, not only the judged one:
+    highest() is what to hold it to."""
+    shares: dict
+    steal: float
+    windows: list
+
+    def highest(self, name):
+        return max(w[name] for w in self.windows)
+
+
 def measure(sample, shares, window, log=print, describe=figures):
     """shares(sample() before, sample() after) over `window` seconds, measured
-    again where the host's CPU was stolen (above). Returns (shares, the
-    stolen percentage of the window judged, or None)."""
+    again where the host's CPU was stolen (above)."""
+    windows = []
     for attempt in range(1, WINDOWS + 1):
         c0 = host_cpu_ticks()
         before = sample()
         time.sleep(window)
         after = sample()
         result, stolen = shares(before, after), stolen_pct(c0, host_cpu_ticks())
+        windows.append(result)
         if stolen is None or stolen <= STEAL_LIMIT_PCT:
             break
         if attempt < WINDOWS:
@@ -78,7 +94,7 @@ def measure(sample, shares, window, log=print, describe=figures):
         else:
             log(f"every window had more than {STEAL_LIMIT_PCT:g} % of the host's CPU time "
                 f"stolen: the last one is judged")
-    return result, stolen
+    return Measured(result, stolen, windows)
 
 
 def sanitizer_report(text):

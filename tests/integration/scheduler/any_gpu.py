@@ -27,7 +27,7 @@ def case_beside_uuid(b):
                                                   "--seconds", ct.lifetime(3.0)])
                  for n, f in (("star", star), ("uuid", uuid))}
         node.wait_running(procs)
-        s = node.shares(procs, 3.0)
+        s = node.shares(procs, 3.0).shares
         for p in procs.values():
             p.kill()
             p.wait()
@@ -63,7 +63,7 @@ def case_two_gpus(b):
             span = (after[0] - before[0]) * 1e9
             return [100.0 * (a - b) / span for a, b in zip(after[1], before[1])]
 
-        busy, _ = tm.measure(sample, busy_pct, 3.0)
+        busy = tm.measure(sample, busy_pct, 3.0).shares
         for p in procs:
             p.kill()
             p.wait()

@@ -175,6 +175,9 @@ class Env:
         # a hypervisor took (steal): printed beside the figures, which a
         # starved VM moves whatever the scheduler does.
         self.window_steal = None
+        # Capped tenants' highest share over every window measured: a cap
+        # holds in each, not only in the one judged.
+        self.peaks = {}
         self.base_env = dict(os.environ)
         self.base_env.update({
             "FAKEGPU_STATE": self.state,
@@ -220,11 +223,13 @@ class Env:
 
     def measure(self, window):
         """The shares over the next `window` seconds (tests/lib/cushare_timing.py)."""
-        shares, self.window_steal = tm.measure(self.stat, self.shares, window, log)
-        return shares
+        m = tm.measure(self.stat, self.shares, window, log)
+        self.window_steal = m.steal
+        self.peaks = {n: m.highest(n) for n in self.capped}
+        return m.shares
 
     def judge(self, shares, checks):
-        return check(shares, checks, self.capped, SANITIZED_SLACK)
+        return check(shares, checks, self.capped, SANITIZED_SLACK, self.peaks)
 
     def check_health(self):
         """Tenants that died on their own, a daemon that died, and sanitizer
@@ -288,19 +293,26 @@ class Env:
             subprocess.run(["rm", "-rf", self.tmp])
 
 
-def check(shares, checks, capped=frozenset(), slack=0):
+def check(shares, checks, capped=frozenset(), slack=0, peaks=None):
     """The failed checks. `slack` widens every tolerance (sanitizer builds)
-    but the upper bound of a tenant in `capped`."""
+    but the upper bound of a tenant in `capped`, which holds `peaks[name]`
+    (its highest share in any window measured) when given."""
+    peaks = peaks or {}
+
     def outside(value, target, tol, name=None):
-        high = tol if name in capped else tol + slack
-        return value < target - tol - slack or value > target + high
+        if name in capped:
+            return value < target - tol - slack or peaks.get(name, value) > target + tol
+        return value < target - tol - slack or value > target + tol + slack
 
     failures = []
     for c in checks:
         if c[0] == "share":
             _, name, target, tol = c
             if outside(shares[name], target, tol, name):
-                failures.append(f"{name}: {shares[name]:.1f} % not within {target} +- {tol}")
+                seen = f"{shares[name]:.1f} %"
+                if peaks.get(name, shares[name]) > shares[name]:
+                    seen += f" (up to {peaks[name]:.1f} % in an earlier window)"
+                failures.append(f"{name}: {seen} not within {target} +- {tol}")
         elif c[0] == "min":
             _, name, value = c
             if shares[name] < value - slack:

@@ -613,10 +613,13 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
   std::uint64_t next = now + config_.quantum_ns;
   if (holder_) {
-    if (!expiry_cut_) {
-      next = std::min(next, expiry_ns_ > config_.extend_margin_ns
-                                ? std::max(now, expiry_ns_ - config_.extend_margin_ns)
-                                : now);
+    // The extension is looked at once when the margin begins; a holder not
+    // extended then is looked at again on the daemon's demand polls and at
+    // expiry. Asking for a step at `now` for the whole margin made the
+    // daemon spin through the last 5 ms of every lease that was not
+    // extended (a capped holder, any holder with a tenant waiting).
+    if (!expiry_cut_ && expiry_ns_ > now + config_.extend_margin_ns) {
+      next = std::min(next, expiry_ns_ - config_.extend_margin_ns);
     }
     next = std::min(next, std::max(now, expiry_ns_));
     if (const auto starved = starved_deadline(tenants_.at(*holder_)); starved && *starved > now)

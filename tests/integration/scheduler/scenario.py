@@ -175,6 +175,9 @@ class Env:
         # a hypervisor took (steal): printed beside the figures, which a
         # starved VM moves whatever the scheduler does.
         self.window_steal = None
+        # The daemon's CPU time over the windows measured, in % of one CPU
+        # (None without a daemon, or one restarted meanwhile).
+        self.daemon_cpu_pct = None
         # Capped tenants' highest share over every window measured: a cap
         # holds in each, not only in the one judged.
         self.peaks = {}
@@ -221,9 +224,27 @@ class Env:
             self.capped.add(name)
         return p
 
+    def daemon_cpu(self):
+        """(pid, CPU seconds the daemon has used, when), None without one."""
+        if self.daemon is None or not self.daemon.alive():
+            return None
+        pid = self.daemon.popen.pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        ticks = int(fields[11]) + int(fields[12])  # utime + stime
+        return pid, ticks / os.sysconf("SC_CLK_TCK"), time.monotonic()
+
     def measure(self, window):
-        """The shares over the next `window` seconds (tests/lib/cushare_timing.py)."""
+        """The shares over the next `window` seconds (tests/lib/cushare_timing.py),
+        and what the daemon's CPU time was meanwhile, in % of one CPU."""
+        cpu0 = self.daemon_cpu()
         m = tm.measure(self.stat, self.shares, window, log)
+        cpu1 = self.daemon_cpu()
+        if cpu0 and cpu1 and cpu0[0] == cpu1[0]:
+            self.daemon_cpu_pct = 100.0 * (cpu1[1] - cpu0[1]) / (cpu1[2] - cpu0[2])
         self.window_steal = m.steal
         self.peaks = {n: m.highest(n) for n in self.capped}
         return m.shares
@@ -490,8 +511,11 @@ def main():
     if a.json:
         print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "stalls": a.stalls, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures,
-                          "host_steal_pct": env.window_steal}))
-    steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen)"
+                          "host_steal_pct": env.window_steal, "daemon_cpu_pct": env.daemon_cpu_pct}))
+    steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen"
+    if steal:
+        daemon = env.daemon_cpu_pct
+        steal += ")" if daemon is None else f"; cushared: {daemon:.1f} % of a CPU)"
     log(f"{a.name}: {tm.figures(shares)}{steal}")
     for f in failures:
         log("FAIL " + f)

@@ -763,6 +763,36 @@ TEST(LeaseScheduler, StepReportsTheNextDeadline) {
   EXPECT_GT(d.next_step_ns, kT0);
 }
 
+// Inside the extension margin a lease that is not extended (another tenant
+// waits, or the holder is capped) is looked at again at its expiry and on the
+// daemon's own demand polls, never "now": the daemon sleeps until the step
+// it is given, and a step due at every instant had it spin at real-time
+// priority through the last 5 ms of such leases, a CPU taken from the tenants.
+TEST(LeaseScheduler, ALeaseNotExtendedInItsMarginDoesNotAskForAStepAtOnce) {
+  for (const TenantPolicy second : {burst(1), capped(90)}) {
+    LeaseScheduler s;
+    s.set_tenant(1, burst(1), kT0);
+    s.set_tenant(2, second, kT0);
+    s.set_signals(1, {.waiting = 1});
+    s.set_signals(2, {.waiting = 1});
+    const LeaseDecision first = s.step(kT0);
+    ASSERT_TRUE(first.holder.has_value());
+    const TenantId holder = *first.holder;
+    const std::uint64_t margin = s.config().extend_margin_ns;
+    s.set_signals(holder, {.last_submit_ns = first.expiry_ns - margin,
+                           .expected_drain_ns = first.expiry_ns,
+                           .resumed_ns = kT0 + 10 * kUs});
+    for (std::uint64_t now = first.expiry_ns - margin + kUs; now < first.expiry_ns;
+         now += 500 * kUs) {
+      const LeaseDecision d = s.step(now);
+      ASSERT_EQ(d.holder, holder);
+      EXPECT_EQ(d.expiry_ns, first.expiry_ns) << "not extended: another tenant is owed the GPU";
+      EXPECT_GT(d.next_step_ns, now) << "a step due now is a spinning daemon";
+      EXPECT_LE(d.next_step_ns, first.expiry_ns);
+    }
+  }
+}
+
 // A holder whose launching thread and poller lose the CPU on a loaded host:
 // its thread waits at the gate (demand), it submits nothing, its queue runs
 // dry at its published estimate and no drain mark comes. Driven by hand, two

@@ -62,9 +62,9 @@ bool AllocationRegistry::any_damaged() const {
   return false;
 }
 
-AllocationRegistry::Changes AllocationRegistry::poll(std::uint64_t now_ns) {
+AllocationRegistry::Changes AllocationRegistry::poll(std::uint64_t now_ns, bool events_may_wait) {
   now_ns_ = now_ns;
-  events_pending_ = drain_events() || events_pending_;
+  if (events_may_wait) events_pending_ = drain_events() || events_pending_;
   if (!events_pending_ && now_ns < next_rescan_ns_ && !any_damaged()) return {};
   // A tenant can make events as fast as it can truncate its own usage file:
   // they never make the daemon rescan more than every kMinRescanGapNs (the

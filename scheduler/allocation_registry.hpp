@@ -41,8 +41,10 @@ class AllocationRegistry {
     std::vector<std::string> usage_lost;  // still registered, usage unmapped
   };
   // Non-blocking: drains pending inotify events and rescans when something
-  // happened or the periodic rescan is due.
-  Changes poll(std::uint64_t now_ns);
+  // happened or the periodic rescan is due. `events_may_wait`: false when the
+  // caller's poll() just found notify_fd() unreadable, which saves a read()
+  // per tick.
+  Changes poll(std::uint64_t now_ns, bool events_may_wait = true);
 
   // Readable when inotify has events (for the daemon's poll()).
   int notify_fd() const { return notify_fd_; }

@@ -235,10 +235,9 @@ void Daemon::publish_lease(const std::string& uuid, const LeaseDecision& d) {
 }
 
 void Daemon::heartbeat(std::uint64_t now) {
-  const auto pid = static_cast<std::uint32_t>(getpid());
   for (auto& [id, a] : registry_.allocations()) {
     auto& l = a->limits.mutable_region();
-    l.daemon_pid.store(pid, std::memory_order_relaxed);
+    l.daemon_pid.store(pid_, std::memory_order_relaxed);
     l.quantum_ns.store(config_.scheduler.quantum_ns, std::memory_order_relaxed);
     l.daemon_heartbeat_ns.store(now, std::memory_order_release);
   }
@@ -617,8 +616,8 @@ void Daemon::note_lease_length(const std::string& uuid, const LeaseScheduler& sc
   log.logged_ns = now;
 }
 
-void Daemon::tick(std::uint64_t now) {
-  const auto changes = registry_.poll(now);
+void Daemon::tick(std::uint64_t now, bool events_may_wait) {
+  const auto changes = registry_.poll(now, events_may_wait);
   for (const auto& id : changes.removed) on_removed(id, now);
   for (const auto& id : changes.added) {
     auto it = registry_.allocations().find(id);
@@ -658,9 +657,10 @@ void Daemon::run(const std::atomic<bool>& stop) {
   // priority the default 50 us timer slack would double that. (A real-time
   // thread has none.)
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  bool events_may_wait = true;
   while (!stop.load(std::memory_order_relaxed)) {
     const std::uint64_t now = shm::monotonic_ns();
-    tick(now);
+    tick(now, events_may_wait);
     // Sleep until the schedulers need us or the next poll of the demand
     // words; wake early when allocations appear (inotify). Never spin.
     const std::uint64_t interval =
@@ -671,7 +671,9 @@ void Daemon::run(const std::atomic<bool>& stop) {
     timespec ts{.tv_sec = static_cast<time_t>(wait_ns / 1'000'000'000),
                 .tv_nsec = static_cast<long>(wait_ns % 1'000'000'000)};
     pollfd pfd{.fd = registry_.notify_fd(), .events = POLLIN, .revents = 0};
-    ppoll(&pfd, pfd.fd >= 0 ? 1 : 0, &ts, nullptr);
+    const int ready = ppoll(&pfd, pfd.fd >= 0 ? 1 : 0, &ts, nullptr);
+    // Anything but a clean timeout (an event, an error, a signal): look.
+    events_may_wait = ready != 0 || (pfd.revents & POLLIN) != 0;
   }
   publish_figures(shm::monotonic_ns());
 }

@@ -6,6 +6,8 @@
 // regions; the in-memory state is rebuilt from them.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -50,8 +52,9 @@ class Daemon {
 
   // Runs until `stop` becomes true (checked at least every poll interval).
   void run(const std::atomic<bool>& stop);
-  // One iteration (tests drive it directly).
-  void tick(std::uint64_t now);
+  // One iteration (tests drive it directly). `events_may_wait`: false when
+  // the loop's poll() found no inotify event since the last tick.
+  void tick(std::uint64_t now, bool events_may_wait = true);
 
   // The figures of the last publish (never null), immutable: the metrics
   // thread renders them without holding anything the loop waits for.
@@ -141,6 +144,8 @@ class Daemon {
   std::uint64_t last_truth_ns_ = 0;
   bool any_active_ = false;
   std::atomic<std::uint64_t> last_tick_ns_{0};
+  // Published in every heartbeat; read once (glibc does not cache getpid()).
+  const std::uint32_t pid_ = static_cast<std::uint32_t>(getpid());
   mutable std::mutex metrics_mutex_;
   std::shared_ptr<const MetricsSnapshot> metrics_ = std::make_shared<const MetricsSnapshot>();
 };

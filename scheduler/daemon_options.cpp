@@ -65,6 +65,11 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
       sc.drain_bound_ns = ms_to_ns(number(), "drain_bound_ms");
     } else if (key == "cap_bank_ms") {
       sc.cap_bank_ns = ms_to_ns(number(), "cap_bank_ms");
+    } else if (key == "lease_per_handoff") {
+      if (!value.is_number_integer() || value.get<long long>() < 1 ||
+          value.get<long long>() > 1000)
+        throw std::runtime_error("config key 'lease_per_handoff' must be an integer 1-1000");
+      sc.lease_per_handoff = value.get<std::uint64_t>();
     } else if (key == "over_quota_grace_ms") {
       opts.daemon.over_quota_grace_ns = ms_to_ns(number(), "over_quota_grace_ms");
     } else if (key == "realtime_priority") {

@@ -192,6 +192,11 @@ TEST(DaemonOptions, ConfigFileAndFlags) {
   EXPECT_EQ(o.realtime_priority, 10);
   EXPECT_THROW(apply_config_json(R"({"realtime_priority": 100})", o), std::runtime_error);
   EXPECT_THROW(apply_config_json(R"({"realtime_priority": 1.5})", o), std::runtime_error);
+  apply_config_json(R"({"lease_per_handoff": 40})", o);
+  EXPECT_EQ(o.daemon.scheduler.lease_per_handoff, 40u);
+  for (const char* bad_budget : {R"({"lease_per_handoff": 0})", R"({"lease_per_handoff": 1001})",
+                                 R"({"lease_per_handoff": 2.5})", R"({"lease_per_handoff": -3})"})
+    EXPECT_THROW(apply_config_json(bad_budget, o), std::runtime_error) << bad_budget;
 
   const char* argv[] = {"cushared", "--run-dir",      "/tmp/x",    "--quantum-ms",
                         "5",        "--metrics-addr", "[::1]:9000"};

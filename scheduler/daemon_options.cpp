@@ -66,8 +66,7 @@ void apply_config_json(const std::string& text, DaemonOptions& opts) {
     } else if (key == "cap_bank_ms") {
       sc.cap_bank_ns = ms_to_ns(number(), "cap_bank_ms");
     } else if (key == "lease_per_handoff") {
-      if (!value.is_number_integer() || value.get<long long>() < 1 ||
-          value.get<long long>() > 1000)
+      if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > 1000)
         throw std::runtime_error("config key 'lease_per_handoff' must be an integer 1-1000");
       sc.lease_per_handoff = value.get<std::uint64_t>();
     } else if (key == "over_quota_grace_ms") {

@@ -5,8 +5,9 @@ docs/benchmarks.md.
   tests/bench/scheduler/run_bench.py --build-dir build [--window 10]
   tests/bench/scheduler/run_bench.py --build-dir build --gate-runs 5   (gate cost only,
       each run on the counter clock and on the clock_gettime fallback)
-  tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10]
-      every workload shape x policy, on an idle host and beside one CPU hog per core
+  tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10] [--shapes S ...]
+      every workload shape (or those named) x policy, on an idle host and beside
+      one CPU hog per core
 
 1. Launch gate cost: gate_bench under libcushare.so, holding the lease (a
    lone burst tenant with cushared running): ns per cuLaunchKernel through
@@ -95,12 +96,12 @@ def cell(name, res):
     return text + ("" if not res["failures"] else " **✗**")
 
 
-def matrix(build, window):
+def matrix(build, window, shapes=None):
     hosts = [(0, "idle"), (os.cpu_count() or 2, "hogs")]
     print(f"| shape | host | alone (busy %) | " + " | ".join(MATRIX_POLICIES) + " |")
     print("|---|---|---|" + "---|" * len(MATRIX_POLICIES))
     fails = 0
-    for shape in scenario.SHAPES:
+    for shape in shapes or scenario.SHAPES:
         for hogs, host in hosts:
             alone = run_scenario(build, "burst30", window, shape, hogs)["shares"].get("device", 0)
             cells = []
@@ -122,12 +123,14 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--matrix", action="store_true",
                     help="every shape x policy, idle and with CPU hogs (markdown table)")
+    ap.add_argument("--shapes", nargs="+", choices=list(scenario.SHAPES),
+                    help="with --matrix: only these shapes' rows")
     ap.add_argument("--gate-runs", type=int, default=0,
                     help="only the gate cost: this many gate_bench runs, one JSON line each")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
     if a.matrix:
-        return matrix(build, a.window)
+        return matrix(build, a.window, a.shapes)
     if a.gate_runs:
         # Also a process without the shim, alternating: the driver's own
         # launches must not be slower in a shimmed process (its poller, events).

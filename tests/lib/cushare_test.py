@@ -105,6 +105,17 @@ def run_cases(cases, argv=None):
 _PRIORITY = None
 
 
+def fakegpu_env(build, tmp):
+    """The environment of node processes and tenants on a fresh simulated H100
+    whose state lives in `tmp`: this process's, less every CUSHARE_ variable
+    (a test sets the ones it means)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSHARE_")}
+    env.update(LD_LIBRARY_PATH=os.path.join(build, "fakegpu"),
+               FAKEGPU_STATE=os.path.join(tmp, "fakegpu.state"),
+               FAKEGPU_DEVICES="H100:80Gi:132", FAKEGPU_HOST_BACKING="0")
+    return env
+
+
 def priority_prefix():
     """The command prefix that raises a process's CPU priority: real-time
     round-robin (chrt -r 10) where allowed, else nice -10, else nothing.

@@ -48,11 +48,7 @@ def main():
     args = ap.parse_args()
     b = os.path.abspath(args.build_dir)
     with tempfile.TemporaryDirectory(prefix="cushare-hb-") as tmp:
-        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(b, "fakegpu"),
-                   FAKEGPU_STATE=os.path.join(tmp, "fakegpu.state"),
-                   FAKEGPU_DEVICES="H100:80Gi:132", FAKEGPU_HOST_BACKING="0")
-        for k in [k for k in env if k.startswith("CUSHARE_")]:
-            del env[k]
+        env = ct.fakegpu_env(b, tmp)
 
         # Warm-up (the first process on a fresh fakegpu state does more).
         timed_worker(b, env, os.path.join(tmp, "warm"), "w")

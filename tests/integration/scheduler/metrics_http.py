@@ -327,11 +327,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="cushare-http-") as tmp:
         run = os.path.join(tmp, "run")
         os.makedirs(os.path.join(run, "alloc"))
-        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(b, "fakegpu"),
-                   FAKEGPU_STATE=os.path.join(tmp, "fakegpu.state"),
-                   FAKEGPU_DEVICES="H100:80Gi:132", FAKEGPU_HOST_BACKING="0")
-        for k in [k for k in env if k.startswith("CUSHARE_")]:
-            del env[k]
+        env = ct.fakegpu_env(b, tmp)
         port = free_port()
         log_path = os.path.join(tmp, "cushared.log")
 

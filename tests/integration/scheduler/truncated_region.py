@@ -32,11 +32,7 @@ def main():
     ctl = os.path.join(b, "bin", "cusharectl")
     with tempfile.TemporaryDirectory(prefix="cushare-trunc-") as tmp:
         run = os.path.join(tmp, "run")
-        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(b, "fakegpu"),
-                   FAKEGPU_STATE=os.path.join(tmp, "fakegpu.state"),
-                   FAKEGPU_DEVICES="H100:80Gi:132", FAKEGPU_HOST_BACKING="0")
-        for k in [k for k in env if k.startswith("CUSHARE_")]:
-            del env[k]
+        env = ct.fakegpu_env(b, tmp)
         for alloc in ("victim", "other"):
             subprocess.run([ctl, "--run-dir", run, "create", alloc, "--memory-limit", "2Gi",
                             "--compute-limit", "50", "--mode", "burst"],

@@ -385,19 +385,37 @@ bool LeaseScheduler::wants_gpu(TenantId id, const Tenant& t, std::uint64_t now) 
 std::optional<TenantId> LeaseScheduler::choose(std::uint64_t now) {
   // A holder just given back starved goes after the others: granted again at
   // once, its threads still off the CPU would hold an idle GPU for a whole
-  // lease. Alone, it is granted again (it renews or submits when it runs).
+  // lease. Alone, or with nobody else close enough in virtual time, it is
+  // granted again (it renews or submits when it runs).
   if (auto other = choose(now, true)) return other;
   return choose(now, false);
 }
 
+bool LeaseScheduler::starved_now(const Tenant& t, std::uint64_t now) const {
+  const auto starved = starved_deadline(t);
+  return starved && now >= *starved;
+}
+
 std::optional<TenantId> LeaseScheduler::choose(std::uint64_t now, bool skip_starved) const {
+  // Passing over a starved tenant keeps the GPU busy, but is no licence: the
+  // one chosen instead may be at most starved_lead_leases leases of its own
+  // ahead of it in virtual time (SchedulerConfig).
+  double starved_floor = std::numeric_limits<double>::max();
+  if (skip_starved) {
+    for (const auto& [id, t] : tenants_) {
+      if (wants_gpu(id, t, now) && starved_now(t, now))
+        starved_floor = std::min(starved_floor, t.vtime);
+    }
+  }
+  const double lease = static_cast<double>(lease_length_ns());
   std::optional<TenantId> best;
   double best_vtime = 0;
   for (const auto& [id, t] : tenants_) {
     if (!wants_gpu(id, t, now)) continue;
     if (skip_starved) {
-      const auto starved = starved_deadline(t);
-      if (starved && now >= *starved) continue;
+      if (starved_now(t, now)) continue;
+      const double lead = static_cast<double>(config_.starved_lead_leases) * lease;
+      if (t.vtime > starved_floor + lead / weight_of(t.policy)) continue;
     }
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
     const double v = t.vtime;

@@ -429,13 +429,14 @@ void Daemon::ground_truth(std::uint64_t now) {
       LeaseScheduler* found = scheduler_of(*ref);
       if (!found) continue;
       LeaseScheduler& sched = *found;
-      const std::uint64_t charged_total = sched.stats(ref->id).attributed_ns;
-      const std::uint64_t charged = charged_total >= ref->charged_at_sample_ns
-                                        ? charged_total - ref->charged_at_sample_ns
-                                        : charged_total;  // the tenant left and came back
+      auto mark = [&] {
+        const TenantStats st = sched.stats(ref->id);
+        return ChargeMark{.incarnation = st.incarnation, .attributed_ns = st.attributed_ns};
+      };
+      const std::uint64_t charged = charged_between(ref->charged_at_sample, mark());
       const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window);
       if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
-      ref->charged_at_sample_ns = sched.stats(ref->id).attributed_ns;
+      ref->charged_at_sample = mark();
       if (v.unleased) {
         const std::string why = fmt::format(
             "running kernels without leases: NVML shows {} ms of GPU time in the last {} ms, "
@@ -537,24 +538,31 @@ void Daemon::publish_figures(std::uint64_t now) {
     const TenantStats st = sched ? sched->stats(id) : TenantStats{};
     // Stats restart from zero when a tenant leaves and comes back: keep the
     // published counters monotonic by folding the old run into the base.
-    if (st.attributed_ns < ref.last_attributed_ns) {
-      ref.base_busy_ns += ref.last_attributed_ns;
+    // (Not on a decrease alone: a refund lowers attributed_ns, and folding
+    // then counted the tenant's time twice, 139 % of the wall time.)
+    if (st.incarnation != ref.stats_incarnation) {
+      ref.base_busy_ns = std::max(ref.base_busy_ns + ref.last_attributed_ns, ref.published_busy_ns);
       ref.base_grants += ref.last_grants;
-      ref.base_granted_ns += ref.last_granted_ns;
+      ref.base_granted_ns =
+          std::max(ref.base_granted_ns + ref.last_granted_ns, ref.published_granted_ns);
       ref.base_handoffs += ref.last_handoffs;
+      ref.base_unleased_ns += ref.last_unleased_ns;
+      ref.stats_incarnation = st.incarnation;
     }
-    if (st.unleased_ns < ref.last_unleased_ns) ref.base_unleased_ns += ref.last_unleased_ns;
     ref.last_attributed_ns = st.attributed_ns;
     ref.last_grants = st.grants;
     ref.last_granted_ns = st.granted_ns;
     ref.last_handoffs = st.handoffs;
     ref.last_unleased_ns = st.unleased_ns;
-    const std::uint64_t busy_ns = ref.base_busy_ns + st.attributed_ns;
+    ref.published_busy_ns = std::max(ref.published_busy_ns, ref.base_busy_ns + st.attributed_ns);
+    ref.published_granted_ns =
+        std::max(ref.published_granted_ns, ref.base_granted_ns + st.granted_ns);
+    const std::uint64_t busy_ns = ref.published_busy_ns;
     gl.share_target_ppm.store(st.target_ppm, std::memory_order_relaxed);
     gl.share_achieved_ppm.store(st.achieved_ppm, std::memory_order_relaxed);
     gl.handoffs.store(ref.base_handoffs + st.handoffs, std::memory_order_relaxed);
     gl.lease_grants.store(ref.base_grants + st.grants, std::memory_order_relaxed);
-    gl.granted_ns.store(ref.base_granted_ns + st.granted_ns, std::memory_order_relaxed);
+    gl.granted_ns.store(ref.published_granted_ns, std::memory_order_relaxed);
     gl.unleased_busy_ns.store(ref.base_unleased_ns + st.unleased_ns, std::memory_order_relaxed);
     if (usage) usage->gpus[ref.gpu].busy_ns.store(busy_ns, std::memory_order_relaxed);
 

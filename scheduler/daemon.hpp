@@ -74,13 +74,18 @@ class Daemon {
     TenantId id = 0;
     TenantPolicy policy;
     // Counters published before this daemon instance (restart) or before
-    // the tenant last left the scheduler: added so they never go backwards.
+    // the tenant last left the scheduler (a new TenantStats::incarnation):
+    // added so they never go backwards.
     std::uint64_t base_busy_ns = 0, base_grants = 0, base_granted_ns = 0, base_handoffs = 0;
     std::uint64_t last_attributed_ns = 0, last_grants = 0, last_granted_ns = 0, last_handoffs = 0;
     std::uint64_t base_unleased_ns = 0, last_unleased_ns = 0;
+    std::uint64_t stats_incarnation = 0;
+    // What was published last: a refund takes charged time back and a cut
+    // takes granted time back, but a published counter only grows.
+    std::uint64_t published_busy_ns = 0, published_granted_ns = 0;
     // Ground truth: the scheduler's charge at the last NVML sample, and the
     // balance of what NVML saw against it.
-    std::uint64_t charged_at_sample_ns = 0;
+    ChargeMark charged_at_sample;
     BusyBalance busy;
   };
   // What the daemon knows of an allocation beyond its regions.

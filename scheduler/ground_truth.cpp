@@ -44,6 +44,11 @@ BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::uint64_t 
   return v;
 }
 
+std::uint64_t charged_between(ChargeMark then, ChargeMark now) {
+  if (now.incarnation != then.incarnation) return now.attributed_ns;
+  return now.attributed_ns > then.attributed_ns ? now.attributed_ns - then.attributed_ns : 0;
+}
+
 std::optional<ProcessUse> youngest_user(std::span<const ProcessUse> processes) {
   const ProcessUse* best = nullptr;
   for (const auto& p : processes) {

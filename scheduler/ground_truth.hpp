@@ -60,6 +60,21 @@ class BusyBalance {
   int unleased_windows_ = 0;
 };
 
+// The scheduler's cumulative charge of a tenant (net of refunds) at one
+// sample, and which time the tenant had joined the scheduler then
+// (TenantStats::incarnation).
+struct ChargeMark {
+  std::uint64_t incarnation = 0;
+  std::uint64_t attributed_ns = 0;
+};
+
+// What the scheduler charged between two marks: all of `now` if the tenant
+// left and came back since (its counters restarted), else the difference,
+// which refunds can make negative: nothing was charged then. Taken as a
+// comeback, such a window read as the whole total charged and hid its
+// excess from the backstop.
+std::uint64_t charged_between(ChargeMark then, ChargeMark now);
+
 // One process an action may fall on.
 struct ProcessUse {
   std::uint32_t host_pid = 0;

@@ -1,6 +1,7 @@
 #include "scheduler/lease_scheduler.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 namespace cushare::sched {
@@ -13,6 +14,9 @@ double weight_of(const TenantPolicy& p) {
 double cap_fraction(const TenantPolicy& p) {
   return std::clamp<std::uint32_t>(p.limit_pct, 1, 100) / 100.0;
 }
+
+// Process-wide: a "*" tenant moves between the schedulers of two GPUs.
+std::atomic<std::uint64_t> next_incarnation{1};
 
 }  // namespace
 
@@ -52,6 +56,7 @@ void LeaseScheduler::set_tenant(TenantId id, const TenantPolicy& policy, std::ui
     }
     t.vtime = min_vtime == std::numeric_limits<double>::max() ? 0 : min_vtime;
     t.cap_clock = static_cast<double>(now);
+    t.stats.incarnation = next_incarnation.fetch_add(1, std::memory_order_relaxed);
   }
   t.policy = policy;
   t.removed = false;

@@ -155,7 +155,12 @@ struct TenantSignals {
 };
 
 struct TenantStats {
-  std::uint64_t attributed_ns = 0;  // GPU time charged so far
+  // Which time the tenant joined a scheduler: distinct for every join in
+  // the process, so a reader of these counters tells a tenant that left and
+  // came back (counters from zero) from one whose attributed_ns went down
+  // by a refund.
+  std::uint64_t incarnation = 0;
+  std::uint64_t attributed_ns = 0;  // GPU time charged so far, less refunds (can go down)
   std::uint64_t grants = 0;
   std::uint64_t granted_ns = 0;    // total lease time granted (incl. extensions)
   std::uint64_t handoffs = 0;      // leases this tenant handed to another one

@@ -231,6 +231,15 @@ TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagg
   EXPECT_EQ(flagged_at, BusyBalance::kUnleasedWindows);
 }
 
+TEST(ChargedBetween, RefundsChargeNothingAndAComebackChargesItsWholeNewRun) {
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 420 * kMs}), 120 * kMs);
+  // Refunds took back more than the window charged: not a comeback.
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 280 * kMs}), 0u);
+  // Left and came back: everything the new run was charged is the window's.
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {2, 40 * kMs}), 40 * kMs);
+  EXPECT_EQ(charged_between({1, 30 * kMs}, {2, 40 * kMs}), 40 * kMs);
+}
+
 TEST(YoungestUser, PicksTheLastStartedProcessThatUsesAny) {
   std::vector<ProcessUse> p = {{10, 100, 5}, {11, 300, 0}, {12, 200, 7}};
   EXPECT_EQ(youngest_user(p)->host_pid, 12u);

@@ -128,6 +128,44 @@ TEST_F(DaemonTick, MetricsAreTheRegionsItPublishedPlusItsOwnFigures) {
   has("cushare_gpu_time_seconds_total" + labels + " " + fmt::format("{}", busy / 1e9));
 }
 
+// A refund takes charged time back (attributed_ns goes down); that is not a
+// tenant leaving and coming back, whose counters restart from zero. Read as
+// one, the published GPU time counted the tenant's time twice.
+TEST_F(DaemonTick, PublishedGpuTimeOnlyGrowsAndNeverExceedsTheWallTime) {
+  Daemon daemon(config());
+  auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
+  auto self = shm::self_identity();
+  ASSERT_TRUE(self.has_value());
+  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+  auto& gu = a.usage.mutable_region().gpus[0];
+  gu.demand.store(1);
+  const std::uint64_t start = shm::monotonic_ns();
+  std::uint64_t now = start;
+  std::uint64_t last = 0;
+  // `submitting`: it launches on every tick and its queue drains at once.
+  auto tick_for = [&](std::uint64_t span, bool submitting) {
+    for (const std::uint64_t end = now + span; now < end;) {
+      now += 5 * kMs;
+      if (submitting) {
+        gu.last_submit_ns.store(now);
+        gu.drained_ns.store(now);
+      }
+      daemon.tick(now);
+      const std::uint64_t busy = gu.busy_ns.load();
+      EXPECT_GE(busy, last) << "a published counter went backwards";
+      EXPECT_LE(busy, now - start) << "more GPU time than wall time";
+      last = busy;
+    }
+  };
+  tick_for(20 * kMs, false);  // granted
+  gu.demand.store(0);
+  tick_for(300 * kMs, true);  // uses its lease, charged as it goes
+  ASSERT_GT(last, 100 * kMs);
+  tick_for(150 * kMs, false);                      // gives the lease back for idleness
+  gu.idle_ns.store(gu.idle_ns.load() + 20 * kMs);  // its gate reports an idle gap
+  tick_for(200 * kMs, false);
+}
+
 // The metrics thread renders while the loop ticks, allocations come and go
 // (meant for the TSan build: the snapshot is all it shares).
 TEST_F(DaemonTick, MetricsAreRenderedWhileItTicks) {

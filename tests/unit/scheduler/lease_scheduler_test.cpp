@@ -265,6 +265,25 @@ TEST(LeaseScheduler, CappedTenantNeverExceedsLimitInAnyWindow) {
   }
 }
 
+TEST(LeaseScheduler, ATenantThatComesBackIsANewIncarnationARefundIsNot) {
+  LeaseScheduler sched;
+  const TenantSignals sig = grant_lone(sched, burst(1), kT0);
+  sched.step(kT0 + 5 * kMs);
+  const TenantStats first = sched.stats(1);
+  ASSERT_GT(first.attributed_ns, 0u);
+  // Its gate reports an idle gap: attributed_ns goes down, same incarnation.
+  TenantSignals idle = sig;
+  idle.idle_ns += 2 * kMs;
+  sched.set_signals(1, idle);
+  sched.step(kT0 + 5 * kMs + kUs);
+  EXPECT_LT(sched.stats(1).attributed_ns, first.attributed_ns);
+  EXPECT_EQ(sched.stats(1).incarnation, first.incarnation);
+  sched.remove_tenant(1, kT0 + 6 * kMs);
+  sched.set_tenant(1, burst(1), kT0 + 7 * kMs);
+  EXPECT_NE(sched.stats(1).incarnation, first.incarnation);
+  EXPECT_EQ(sched.stats(1).attributed_ns, 0u);
+}
+
 TEST(LeaseScheduler, BurstTenantsShareByWeight) {
   Sim sim;
   sim.add(1, burst(1));

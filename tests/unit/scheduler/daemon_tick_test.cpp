@@ -54,6 +54,14 @@ class DaemonTick : public ::testing::Test {
                                            [](shm::UsageRegion& r) { r.gpu_count.store(1); });
     return {std::move(limits), std::move(usage)};
   }
+  // This test process claims a slot of `a` (a live process of it) and, with
+  // `waiting`, waits at its gate for the lease.
+  static void join(Alloc& a, bool waiting = true) {
+    auto self = shm::self_identity();
+    ASSERT_TRUE(self.has_value());
+    ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+    if (waiting) a.usage.mutable_region().gpus[0].demand.store(1);
+  }
   DaemonConfig config() {
     DaemonConfig c;
     c.run_dir = root_;
@@ -65,10 +73,7 @@ class DaemonTick : public ::testing::Test {
 TEST_F(DaemonTick, GrantsTheLeaseToAWaitingTenantAndKeepsTheHeartbeat) {
   Daemon daemon(config());
   auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
-  auto self = shm::self_identity();
-  ASSERT_TRUE(self.has_value());
-  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
-  a.usage.mutable_region().gpus[0].demand.store(1);
+  join(a);
 
   std::uint64_t now = shm::monotonic_ns();
   daemon.tick(now);
@@ -101,10 +106,7 @@ TEST_F(DaemonTick, GrantsTheLeaseToAWaitingTenantAndKeepsTheHeartbeat) {
 TEST_F(DaemonTick, MetricsAreTheRegionsItPublishedPlusItsOwnFigures) {
   Daemon daemon(config());
   auto a = make_alloc("a", 50, shm::ComputeMode::kCapped);
-  auto self = shm::self_identity();
-  ASSERT_TRUE(self.has_value());
-  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
-  a.usage.mutable_region().gpus[0].demand.store(1);
+  join(a);
   a.usage.mutable_region().gpus[0].launches.store(42);
   std::uint64_t now = shm::monotonic_ns();
   for (int i = 0; i < 40; ++i) daemon.tick(now += 5 * kMs);
@@ -134,11 +136,8 @@ TEST_F(DaemonTick, MetricsAreTheRegionsItPublishedPlusItsOwnFigures) {
 TEST_F(DaemonTick, PublishedGpuTimeOnlyGrowsAndNeverExceedsTheWallTime) {
   Daemon daemon(config());
   auto a = make_alloc("a", 50, shm::ComputeMode::kBurst);
-  auto self = shm::self_identity();
-  ASSERT_TRUE(self.has_value());
-  ASSERT_TRUE(shm::claim_slot(a.usage.mutable_region(), *self, 1).has_value());
+  join(a);
   auto& gu = a.usage.mutable_region().gpus[0];
-  gu.demand.store(1);
   const std::uint64_t start = shm::monotonic_ns();
   std::uint64_t now = start;
   std::uint64_t last = 0;

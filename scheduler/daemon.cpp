@@ -108,12 +108,17 @@ void Daemon::on_added(Allocation& a, std::uint64_t) {
       }
     }
     const auto& gl = limits.gpus[g];
-    if (const shm::UsageRegion* u = a.usage_region())
-      ref.base_busy_ns = u->gpus[g].busy_ns.load(std::memory_order_relaxed);
     ref.base_unleased_ns = gl.unleased_busy_ns.load(std::memory_order_relaxed);
     ref.base_grants = gl.lease_grants.load(std::memory_order_relaxed);
     ref.base_granted_ns = gl.granted_ns.load(std::memory_order_relaxed);
     ref.base_handoffs = gl.handoffs.load(std::memory_order_relaxed);
+    if (const shm::UsageRegion* u = a.usage_region()) {
+      ref.base_busy_ns = carried_busy_ns(u->gpus[g].busy_ns.load(std::memory_order_relaxed),
+                                         {.granted_ns = ref.base_granted_ns,
+                                          .grants = ref.base_grants,
+                                          .unleased_ns = ref.base_unleased_ns},
+                                         config_.scheduler.drain_bound_ns);
+    }
     tenants_.emplace(id, std::move(ref));
   }
 }

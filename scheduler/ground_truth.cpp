@@ -49,6 +49,19 @@ std::uint64_t charged_between(ChargeMark then, ChargeMark now) {
   return now.attributed_ns > then.attributed_ns ? now.attributed_ns - then.attributed_ns : 0;
 }
 
+std::uint64_t carried_busy_ns(std::uint64_t usage_busy_ns, const CarriedCounters& owned,
+                              std::uint64_t drain_bound_ns) {
+  // Saturating: the counters are the daemon's own, but years of them summed
+  // must not wrap into a small bound.
+  auto add = [](std::uint64_t a, std::uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+  };
+  const std::uint64_t overruns = owned.grants != 0 && drain_bound_ns > UINT64_MAX / owned.grants
+                                     ? UINT64_MAX
+                                     : owned.grants * drain_bound_ns;
+  return std::min(usage_busy_ns, add(add(owned.granted_ns, owned.unleased_ns), overruns));
+}
+
 std::optional<ProcessUse> youngest_user(std::span<const ProcessUse> processes) {
   const ProcessUse* best = nullptr;
   for (const auto& p : processes) {

@@ -75,6 +75,19 @@ struct ChargeMark {
 // excess from the backstop.
 std::uint64_t charged_between(ChargeMark then, ChargeMark now);
 
+// The GPU time a restarted daemon takes up from the usage region (where the
+// last one published it, and where the allocation's processes can write
+// too), held to what the daemon-owned counters in `limits` allow: lease time
+// granted, each lease's overrun up to the drain bound, and ground truth's
+// charges on top. A forged figure can then move the count only within that.
+struct CarriedCounters {
+  std::uint64_t granted_ns = 0;
+  std::uint64_t grants = 0;
+  std::uint64_t unleased_ns = 0;
+};
+std::uint64_t carried_busy_ns(std::uint64_t usage_busy_ns, const CarriedCounters& owned,
+                              std::uint64_t drain_bound_ns);
+
 // One process an action may fall on.
 struct ProcessUse {
   std::uint32_t host_pid = 0;

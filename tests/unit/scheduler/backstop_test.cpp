@@ -240,6 +240,17 @@ TEST(ChargedBetween, RefundsChargeNothingAndAComebackChargesItsWholeNewRun) {
   EXPECT_EQ(charged_between({1, 30 * kMs}, {2, 40 * kMs}), 40 * kMs);
 }
 
+TEST(CarriedBusy, AForgedFigureIsHeldToWhatTheDaemonOwnedCountersAllow) {
+  const CarriedCounters owned{.granted_ns = 900 * kMs, .grants = 3, .unleased_ns = 50 * kMs};
+  EXPECT_EQ(carried_busy_ns(700 * kMs, owned, 100 * kMs), 700 * kMs);  // as published
+  // Leases, three overruns up to the drain bound, ground truth's charges.
+  EXPECT_EQ(carried_busy_ns(3'600'000 * kMs, owned, 100 * kMs), 1250 * kMs);
+  EXPECT_EQ(
+      carried_busy_ns(UINT64_MAX, {.granted_ns = UINT64_MAX - 1, .grants = UINT64_MAX}, 100 * kMs),
+      UINT64_MAX);                                         // saturates, never wraps
+  EXPECT_EQ(carried_busy_ns(5 * kMs, {}, 100 * kMs), 0u);  // never granted anything
+}
+
 TEST(YoungestUser, PicksTheLastStartedProcessThatUsesAny) {
   std::vector<ProcessUse> p = {{10, 100, 5}, {11, 300, 0}, {12, 200, 7}};
   EXPECT_EQ(youngest_user(p)->host_pid, 12u);

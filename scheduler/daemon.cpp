@@ -438,7 +438,7 @@ void Daemon::ground_truth(std::uint64_t now) {
         const TenantStats st = sched.stats(ref->id);
         return ChargeMark{.incarnation = st.incarnation, .attributed_ns = st.attributed_ns};
       };
-      const std::uint64_t charged = charged_between(ref->charged_at_sample, mark());
+      const std::int64_t charged = charged_between(ref->charged_at_sample, mark());
       const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window);
       if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
       ref->charged_at_sample = mark();

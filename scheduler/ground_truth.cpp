@@ -25,17 +25,17 @@ bool MemoryWatch::observe(std::uint64_t used, std::uint64_t limit, std::uint64_t
   return true;
 }
 
-BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::uint64_t charged_ns,
+BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::int64_t charged_ns,
                                           std::uint64_t window_ns) {
   Verdict v;
-  const auto excess = static_cast<std::int64_t>(truth_ns) - static_cast<std::int64_t>(charged_ns);
+  const auto excess = static_cast<std::int64_t>(truth_ns) - charged_ns;
   balance_ = std::max<std::int64_t>(balance_ + excess, -static_cast<std::int64_t>(kBankNs));
   if (balance_ > 0) {
     v.charge_ns = static_cast<std::uint64_t>(balance_);
     balance_ = 0;
   }
   const std::uint64_t margin = std::max(kUnleasedFloorNs, window_ns / 4);
-  const bool unleased_window = truth_ns > charged_ns && truth_ns - charged_ns > margin;
+  const bool unleased_window = excess > 0 && static_cast<std::uint64_t>(excess) > margin;
   unleased_windows_ = unleased_window ? unleased_windows_ + 1 : 0;
   if (unleased_windows_ >= kUnleasedWindows) {
     v.unleased = true;
@@ -44,9 +44,9 @@ BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::uint64_t 
   return v;
 }
 
-std::uint64_t charged_between(ChargeMark then, ChargeMark now) {
-  if (now.incarnation != then.incarnation) return now.attributed_ns;
-  return now.attributed_ns > then.attributed_ns ? now.attributed_ns - then.attributed_ns : 0;
+std::int64_t charged_between(ChargeMark then, ChargeMark now) {
+  if (now.incarnation != then.incarnation) return static_cast<std::int64_t>(now.attributed_ns);
+  return static_cast<std::int64_t>(now.attributed_ns - then.attributed_ns);  // modular: signed
 }
 
 std::uint64_t carried_busy_ns(std::uint64_t usage_busy_ns, const CarriedCounters& owned,

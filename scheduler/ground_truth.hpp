@@ -52,8 +52,9 @@ class BusyBalance {
   static constexpr int kUnleasedWindows = 3;
 
   // `truth_ns`: the tenant's processes' GPU time in the window by NVML;
-  // `charged_ns`: what the scheduler attributed to it over the same window.
-  Verdict observe(std::uint64_t truth_ns, std::uint64_t charged_ns, std::uint64_t window_ns);
+  // `charged_ns`: what the scheduler attributed to it over the same window,
+  // net of refunds (negative where refunds took back more than it charged).
+  Verdict observe(std::uint64_t truth_ns, std::int64_t charged_ns, std::uint64_t window_ns);
 
  private:
   std::int64_t balance_ = 0;  // truth minus charge, carried; >= -kBankNs
@@ -70,10 +71,10 @@ struct ChargeMark {
 
 // What the scheduler charged between two marks: all of `now` if the tenant
 // left and came back since (its counters restarted), else the difference,
-// which refunds can make negative: nothing was charged then. Taken as a
-// comeback, such a window read as the whole total charged and hid its
-// excess from the backstop.
-std::uint64_t charged_between(ChargeMark then, ChargeMark now);
+// which refunds can make negative. Taken as a comeback, such a window read
+// as the whole total charged and hid its excess from the backstop; taken as
+// 0, the refund would offset no window's usage.
+std::int64_t charged_between(ChargeMark then, ChargeMark now);
 
 // The GPU time a restarted daemon takes up from the usage region (where the
 // last one published it, and where the allocation's processes can write

@@ -232,12 +232,18 @@ TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagg
 }
 
 TEST(ChargedBetween, RefundsChargeNothingAndAComebackChargesItsWholeNewRun) {
-  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 420 * kMs}), 120 * kMs);
-  // Refunds took back more than the window charged: not a comeback.
-  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 280 * kMs}), 0u);
+  constexpr std::int64_t ms = 1'000'000;
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 420 * kMs}), 120 * ms);
+  // Refunds took back more than the window charged: not a comeback, and
+  // the backstop sees the window's usage beyond a negative charge.
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 280 * kMs}), -20 * ms);
+  BusyBalance b;
+  EXPECT_EQ(
+      b.observe(150 * kMs, charged_between({1, 300 * kMs}, {1, 280 * kMs}), 500 * kMs).charge_ns,
+      170 * kMs);
   // Left and came back: everything the new run was charged is the window's.
-  EXPECT_EQ(charged_between({1, 300 * kMs}, {2, 40 * kMs}), 40 * kMs);
-  EXPECT_EQ(charged_between({1, 30 * kMs}, {2, 40 * kMs}), 40 * kMs);
+  EXPECT_EQ(charged_between({1, 300 * kMs}, {2, 40 * kMs}), 40 * ms);
+  EXPECT_EQ(charged_between({1, 30 * kMs}, {2, 40 * kMs}), 40 * ms);
 }
 
 TEST(CarriedBusy, AForgedFigureIsHeldToWhatTheDaemonOwnedCountersAllow) {

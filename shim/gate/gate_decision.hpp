@@ -75,13 +75,19 @@ struct DutyCycleView {
 // window then runs past its end about as often and as long as the window's
 // tail stays unused (kernels of 50 us - 20 ms at random: 34.9 % for a cap of
 // 30 with a fixed 1 ms lead, 25.5 % with the whole launch as the lead).
+inline std::uint64_t duty_cycle_period_ns(const DutyCycleView& d) noexcept {
+  return 10 * (d.quantum_ns != 0 ? d.quantum_ns : kDefaultQuantumNs);
+}
+inline std::uint64_t duty_cycle_lead_ns(std::uint64_t per_launch_ns,
+                                        std::uint64_t horizon_ns) noexcept {
+  return std::max(per_launch_ns / 2, horizon_ns / 2);
+}
 inline std::uint64_t duty_cycle_wait_ns(const DutyCycleView& d, std::uint64_t now,
                                         std::uint64_t per_launch_ns,
                                         std::uint64_t horizon_ns) noexcept {
   if (!d.capped) return 0;
-  const std::uint64_t period = 10 * (d.quantum_ns != 0 ? d.quantum_ns : kDefaultQuantumNs);
-  return duty_wait_ns(now, period, d.offset_pct, d.limit_pct,
-                      std::max(per_launch_ns / 2, horizon_ns / 2));
+  return duty_wait_ns(now, duty_cycle_period_ns(d), d.offset_pct, d.limit_pct,
+                      duty_cycle_lead_ns(per_launch_ns, horizon_ns));
 }
 
 // Everything one decision looks at, read by the slow path in one go.
@@ -112,7 +118,7 @@ inline bool daemon_arbitrates(const GateSnapshot& s) noexcept {
 }
 
 enum class GateStep {
-  kGo,               // the launch may go
+  kGo,               // the launch may go (and, without a daemon, those of the next `ns`)
   kWaitForProgress,  // let `ns` of the queued work run first
   kWaitForLease,     // ask the daemon for the lease; sleep on its futex at most `ns`
   kSleep,            // the duty-cycle window is closed: sleep `ns`
@@ -124,18 +130,34 @@ struct GateAction {
   bool operator==(const GateAction&) const = default;
 };
 
+// How long a go without a daemon stands: the launches of that span take the
+// gate's fast path, as under a lease, instead of reading the heartbeat, the
+// duty cycle and the queue in the slow path one by one. It bounds how late a
+// daemon that starts (or comes back) is noticed, beside the heartbeat's own
+// staleness bound.
+inline std::uint64_t local_go_ns(const GateSnapshot& s) noexcept {
+  const std::uint64_t span = kLocalLeaseHorizons * s.horizon_ns;
+  if (!s.duty.capped) return span;
+  return std::min(
+      span, duty_open_ns(s.now, duty_cycle_period_ns(s.duty), s.duty.offset_pct, s.duty.limit_pct,
+                         duty_cycle_lead_ns(s.per_launch_ns, s.horizon_ns)));
+}
+
+// kGo's `ns`: 0 under a daemon (its lease says how long), else local_go_ns().
 inline GateAction decide_gate(const GateSnapshot& s) noexcept {
   std::uint64_t expiry = s.lease_expiry_ns;
+  std::uint64_t go_ns = 0;
   if (!daemon_arbitrates(s)) {
     // No arbitration: limits stay in force locally (capped), burst runs.
     const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns);
     if (wait != 0) return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
     expiry = s.now + kLocalLeaseHorizons * s.horizon_ns;
+    go_ns = local_go_ns(s);
   } else if (s.now >= expiry) {
     return {GateStep::kWaitForLease, kLeaseWaitSliceNs};
   }
   // Holding the lease (or a window): enough queued means some of it must finish first.
-  if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, 0};
+  if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, go_ns};
   return {GateStep::kWaitForProgress, queue_excess(s.now, expiry, s.queued_ns, s.horizon_ns)};
 }
 

@@ -1,12 +1,13 @@
 // The launch gate (docs/scheduler.md, "Launch gate").
 //
-// Fast path, taken while this allocation holds the lease of the GPU and its
-// queued work is short: a few relaxed atomic loads and one clock read (the
-// time-stamp counter, see gate/clock.hpp), no lock, no syscall. Otherwise the slow path
-// reads a snapshot, asks gate_decision.hpp what to do and does it: wait for the queued work to
-// drain a little (so that no process stacks up work that would run far past its lease), or for a
-// lease (publishing demand and sleeping on the shared lease futex of the limits region), or,
-// without a live daemon, for the next window of the local duty cycle of a capped allocation.
+// Fast path, taken while this allocation holds the lease of the GPU (without
+// a daemon: within the span of its last local go) and its queued work is short: a few relaxed
+// atomic loads and one clock read (the time-stamp counter, see gate/clock.hpp), no lock, no
+// syscall. Otherwise the slow path reads a snapshot, asks gate_decision.hpp what to do and does it:
+// wait for the queued work to drain a little (so that no process stacks up work that would run far
+// past its lease), or for a lease (publishing demand and sleeping on the shared lease futex of the
+// limits region), or, without a live daemon, for the next window of the local duty cycle of a
+// capped allocation.
 #include "shim/gate/launch_gate.hpp"
 
 #include <sys/stat.h>
@@ -48,6 +49,17 @@ struct ThreadGate {
 __attribute__((tls_model("initial-exec"))) thread_local ThreadGate t_gate;
 
 std::once_flag g_fork_once;
+
+// Per GPU: until when this process may launch without a daemon's lease (the
+// slow path's last local go, gate_decision.hpp local_go_ns()); 0 while a
+// daemon arbitrates. The fast path takes the later of the two expiries.
+std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> g_local_expiry{};
+
+[[gnu::always_inline]] inline std::uint64_t expiry_of(const AllocationState& st,
+                                                      unsigned gpu) noexcept {
+  return std::max(st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed),
+                  g_local_expiry[gpu].load(std::memory_order_relaxed));
+}
 
 unsigned gpu_of_launch(const AllocationState& st) noexcept {
   // One visible device (the usual container) needs no driver call.
@@ -147,6 +159,7 @@ void sleep_ns(std::uint64_t ns) noexcept {
 }
 
 void reset_gate_after_fork() noexcept {
+  for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
 }
@@ -169,7 +182,11 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   for (;;) {
     const GateSnapshot snap = read_snapshot(st, gpu, tr);
     const GateAction action = gate::decide_gate(snap);
-    if (action.step == GateStep::kGo) break;
+    if (action.step == GateStep::kGo) {
+      g_local_expiry[gpu].store(action.ns != 0 ? snap.now + action.ns : 0,
+                                std::memory_order_relaxed);
+      break;
+    }
     demand.count();
     switch (action.step) {
       case GateStep::kWaitForProgress:
@@ -219,7 +236,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
 [[gnu::noinline, gnu::cold]] CUresult enter_slow(const AllocationState& st, unsigned gpu,
                                                  CUstream stream, gate::GpuTracker& tr) noexcept {
   const std::uint64_t now = t_gate.now;
-  const std::uint64_t expiry = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  const std::uint64_t expiry = expiry_of(st, gpu);
   if (!(now < expiry && queue_allows(now, expiry, tr))) {
     if (const CUresult rc = slow_path(st, gpu, stream); rc != CUDA_SUCCESS) return rc;
   }
@@ -250,8 +267,7 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   gate::GpuTracker& tr = gate::tracker(gpu);
   const std::uint64_t now = gate::gate_now_ns();
   t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
-  const std::uint64_t expiry =
-      st->limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+  const std::uint64_t expiry = expiry_of(*st, gpu);
   if (now < expiry && queue_allows(now, expiry, tr) && tr.busy()) [[likely]] {
     return CUDA_SUCCESS;
   }

@@ -4,7 +4,7 @@ docs/benchmarks.md.
 
   tests/bench/scheduler/run_bench.py --build-dir build [--window 10]
   tests/bench/scheduler/run_bench.py --build-dir build --gate-runs 5   (gate cost only,
-      each run on the counter clock and on the clock_gettime fallback)
+      each run on the counter clock, on the clock_gettime fallback and without a daemon)
   tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10] [--shapes S ...]
       every workload shape (or those named) x policy, on an idle host and beside
       one CPU hog per core
@@ -47,12 +47,14 @@ TARGETS = {
 }
 
 
-def gate_bench(build, clock=None, shim=True):
+def gate_bench(build, clock=None, shim=True, daemon=True):
     """One gate_bench run; clock="monotonic" puts the gate on its fallback clock;
-    shim=False runs it without libcushare.so (the driver's launches in a plain process)."""
+    shim=False runs it without libcushare.so (the driver's launches in a plain process);
+    daemon=False runs the allocation without cushared (the gate's local go)."""
     env = scenario.Env(build, 10, keep=False)
     try:
-        env.start_daemon()
+        if daemon:
+            env.start_daemon()
         folder = os.path.join(env.run_dir, "alloc", "bench")
         os.makedirs(folder)
         e = dict(env.base_env)
@@ -136,10 +138,13 @@ def main():
         # launches must not be slower in a shimmed process (its poller, events).
         plain, inside = [], []
         for _ in range(a.gate_runs):
-            for clock in ("tsc", "monotonic", "none"):
-                res = gate_bench(build, None if clock in ("tsc", "none") else clock, clock != "none")
+            for clock, daemon in (("tsc", True), ("monotonic", True), ("tsc", False),
+                                  ("none", True)):
+                res = gate_bench(build, None if clock in ("tsc", "none") else clock,
+                                 clock != "none", daemon)
                 (plain if clock == "none" else inside).append(res["direct_ns"])
-                print(json.dumps({"gate_clock": clock, **res}), flush=True)
+                mode = "daemon" if daemon else "standalone"
+                print(json.dumps({"gate_clock": clock, "mode": mode, **res}), flush=True)
         med = lambda v: sorted(v)[len(v) // 2]
         print(json.dumps({"driver_launch_ns_without_shim": med(plain),
                           "driver_launch_ns_in_shimmed_process": med(inside),

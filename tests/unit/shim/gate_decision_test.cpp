@@ -22,6 +22,8 @@ GateSnapshot alone(DutyCycleView duty = {}) {
 }
 
 constexpr GateAction kGo{GateStep::kGo, 0};
+// Without a daemon a go stands for four horizons (the fast path's local lease).
+constexpr GateAction kLocalGo{GateStep::kGo, kLocalLeaseHorizons* kQueueHorizonNs};
 
 GateAction progress(std::uint64_t ns) {
   return {GateStep::kWaitForProgress, ns};
@@ -81,7 +83,7 @@ TEST(GateDecision, AStaleHeartbeatMeansNoDaemon) {
   EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForLease);
   s.heartbeat_ns = kNow - shm::kDaemonHeartbeatStaleNs;
   EXPECT_FALSE(daemon_arbitrates(s));
-  EXPECT_EQ(decide_gate(s), kGo);  // burst: runs free
+  EXPECT_EQ(decide_gate(s), kLocalGo);  // burst: runs free
 }
 
 TEST(GateDecision, AnUntickedRegionWaitsForTheNodesDaemonAWhile) {
@@ -91,19 +93,19 @@ TEST(GateDecision, AnUntickedRegionWaitsForTheNodesDaemonAWhile) {
   EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForLease);
   s.unticked_since_ns = kNow - shm::kFirstHeartbeatWaitNs;  // waited long enough
   EXPECT_FALSE(daemon_arbitrates(s));
-  EXPECT_EQ(decide_gate(s), kGo);
+  EXPECT_EQ(decide_gate(s), kLocalGo);
 }
 
 TEST(GateDecision, AnUntickedRegionWithoutADaemonOnTheNodeRunsAtOnce) {
   EXPECT_FALSE(daemon_arbitrates(alone()));
-  EXPECT_EQ(decide_gate(alone()), kGo);
+  EXPECT_EQ(decide_gate(alone()), kLocalGo);
 }
 
 TEST(GateDecision, WithoutADaemonTheQueueIsStillPaced) {
   GateSnapshot s = alone();
   s.lease_expiry_ns = kNow + 50 * kMs;  // a stale lease counts for nothing
   s.queued_ns = kHorizon;
-  EXPECT_EQ(decide_gate(s), kGo);
+  EXPECT_EQ(decide_gate(s), kLocalGo);
   s.queued_ns = kHorizon + 1;
   EXPECT_EQ(decide_gate(s), progress(1));
   s.lease_expiry_ns = 0;  // nor does a missing one
@@ -119,7 +121,7 @@ DutyCycleView capped30(std::uint32_t offset = 0) {
 TEST(GateDecision, ACappedAllocationWithoutADaemonGoesInsideItsWindow) {
   GateSnapshot s = alone(capped30());
   s.now = 100 * kMs * 50 + 10 * kMs;  // 10 ms into the period
-  EXPECT_EQ(decide_gate(s), kGo);
+  EXPECT_EQ(decide_gate(s), kLocalGo);
   s.queued_ns = kHorizon + 5;  // paced there too
   EXPECT_EQ(decide_gate(s), progress(5));
 }
@@ -137,8 +139,8 @@ TEST(GateDecision, TheLastLaunchOfAWindowNeedsHalfItsTimeLeft) {
   s.now = 100 * kMs * 50 + 29 * kMs;  // 1 ms left: half the horizon, no more
   EXPECT_EQ(decide_gate(s).step, GateStep::kSleep);
   s.now = 100 * kMs * 50 + 28 * kMs + 1;
-  EXPECT_EQ(decide_gate(s), kGo);
-  s.per_launch_ns = 6 * kMs;  // a long kernel wants 3 ms left
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, kMs - 1}));  // to the last launch
+  s.per_launch_ns = 6 * kMs;                                        // a long kernel wants 3 ms left
   EXPECT_EQ(decide_gate(s).step, GateStep::kSleep);
 }
 
@@ -149,7 +151,19 @@ TEST(GateDecision, TheWindowOpensAtItsOffset) {
   s.now = 100 * kMs * 50 + 45 * kMs;
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 5 * kMs}));
   s.now = 100 * kMs * 50 + 60 * kMs;
-  EXPECT_EQ(decide_gate(s), kGo);
+  EXPECT_EQ(decide_gate(s), kLocalGo);
+}
+
+TEST(GateDecision, ALocalGoEndsWhereTheWindowsLastLaunchMayGo) {
+  GateSnapshot s = alone(capped30());
+  s.now = 100 * kMs * 50 + 25 * kMs;  // 5 ms left, a lead of half the horizon
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, 4 * kMs}));
+  s.per_launch_ns = 4 * kMs;  // a longer kernel's lead is half of it
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, 3 * kMs}));
+  // Launches over the whole of a go pass the gate's window test on their own.
+  for (std::uint64_t t = s.now; t < s.now + 3 * kMs; t += kMs / 4)
+    EXPECT_EQ(duty_cycle_wait_ns(s.duty, t, s.per_launch_ns, kHorizon), 0u) << t;
+  EXPECT_NE(duty_cycle_wait_ns(s.duty, s.now + 3 * kMs, s.per_launch_ns, kHorizon), 0u);
 }
 
 TEST(GateDecision, NoQuantumMeansTheDefaultPeriod) {

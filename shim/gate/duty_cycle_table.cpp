@@ -35,12 +35,13 @@ void copy_field(char* dst, std::size_t n, std::string_view v) {
 }
 
 // Reads the table, refreshes this allocation's claim (taking a stale or free
-// slot), writes it back, and returns the offset.
-std::uint32_t claim(int fd, const std::string& id, const std::string& uuid, std::uint32_t pct,
-                    std::uint64_t now) {
+// slot), writes it back, and returns the allocation's slot of the period.
+DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint32_t pct,
+               std::uint64_t now) {
   std::array<Slot, kDutyTableSlots> slots{};
   const ssize_t got = pread(fd, slots.data(), sizeof(slots), 0);
-  if (got < 0) return 0;
+  const DutyClaim self{id, uuid, pct};
+  if (got < 0) return duty_slot({}, self);
   if (static_cast<std::size_t>(got) < sizeof(slots))
     std::memset(reinterpret_cast<char*>(slots.data()) + got, 0, sizeof(slots) - got);
   auto live = [now](const Slot& s) {
@@ -56,43 +57,45 @@ std::uint32_t claim(int fd, const std::string& id, const std::string& uuid, std:
       free_slot = static_cast<int>(i);
   }
   if (mine < 0) mine = free_slot;
-  if (mine < 0) return 0;  // full: overlap rather than fail
+  if (mine < 0) return duty_slot({}, self);  // full: overlap rather than fail
   Slot& s = slots[static_cast<unsigned>(mine)];
   copy_field(s.alloc_id, sizeof(s.alloc_id), id);
   copy_field(s.gpu_uuid, sizeof(s.gpu_uuid), uuid);
   s.limit_pct = pct;
   s.heartbeat_ns = now;
-  if (pwrite(fd, &s, sizeof(s), static_cast<off_t>(mine) * sizeof(Slot)) != sizeof(s)) return 0;
+  if (pwrite(fd, &s, sizeof(s), static_cast<off_t>(mine) * sizeof(Slot)) != sizeof(s))
+    return duty_slot({}, self);
   std::vector<DutyClaim> claims;
   for (const Slot& c : slots) {
     if (!live(c)) continue;
     claims.push_back({field(c.alloc_id, sizeof(c.alloc_id)), field(c.gpu_uuid, sizeof(c.gpu_uuid)),
                       c.limit_pct});
   }
-  return duty_offset_pct(claims, {id, uuid, pct});
+  return duty_slot(claims, self);
 }
 
 }  // namespace
 
-std::uint32_t duty_offset_for(const std::string& alloc_folder, const std::string& gpu_uuid,
-                              std::uint32_t limit_pct, std::uint64_t now) noexcept {
+DutySlot duty_slot_for(const std::string& alloc_folder, const std::string& gpu_uuid,
+                       std::uint32_t limit_pct, std::uint64_t now) noexcept {
+  const DutySlot alone = duty_slot({}, {{}, {}, limit_pct});
   try {
     const std::filesystem::path folder(alloc_folder);
-    if (folder.parent_path().filename() != shm::kAllocDirName) return 0;  // not in a node run dir
+    if (folder.parent_path().filename() != shm::kAllocDirName) return alone;  // no node run dir
     const auto table = folder.parent_path().parent_path() / kDutyTableName;
     const int fd =
         ::open(table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (fd < 0) return 0;
+    if (fd < 0) return alone;
     struct stat sb {};
-    std::uint32_t offset = 0;
+    DutySlot slot = alone;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX) == 0) {
-      offset = claim(fd, folder.filename().string(), gpu_uuid, limit_pct, now);
+      slot = claim(fd, folder.filename().string(), gpu_uuid, limit_pct, now);
       flock(fd, LOCK_UN);
     }
     ::close(fd);
-    return offset;
+    return slot;
   } catch (...) {
-    return 0;
+    return alone;
   }
 }
 

@@ -64,30 +64,47 @@ struct DutyCycleView {
   bool capped = false;           // burst runs free when nobody arbitrates
   std::uint64_t quantum_ns = 0;  // 0: kDefaultQuantumNs
   std::uint32_t limit_pct = 100;
-  std::uint32_t offset_pct = 0;  // where its window opens (duty_cycle_table.hpp)
+  DutySlot slot;              // where it may run (duty_cycle_table.hpp)
+  std::uint64_t busy_ns = 0;  // the allocation's busy time since the slot last opened
 };
 
-// Local duty cycle without a daemon: a capped allocation may submit during
-// its window of limit% of every period of ten quanta. Returns 0 when it may
-// now, else the time until its window opens. Nobody charges work that runs
-// past the window, so a launch whose expected GPU time is `per_launch_ns`
-// goes only while half of that is left of the window: the last launch of a
-// window then runs past its end about as often and as long as the window's
-// tail stays unused (kernels of 50 us - 20 ms at random: 34.9 % for a cap of
-// 30 with a fixed 1 ms lead, 25.5 % with the whole launch as the lead).
 inline std::uint64_t duty_cycle_period_ns(const DutyCycleView& d) noexcept {
   return 10 * (d.quantum_ns != 0 ? d.quantum_ns : kDefaultQuantumNs);
 }
-inline std::uint64_t duty_cycle_lead_ns(std::uint64_t per_launch_ns,
-                                        std::uint64_t horizon_ns) noexcept {
+// The work still queued will be busy time too: it counts against the budget.
+inline DutyStanding duty_standing(const DutyCycleView& d, std::uint64_t queued_ns) noexcept {
+  const std::uint64_t period = duty_cycle_period_ns(d);
+  return {.period = period,
+          .slot = d.slot,
+          .budget_ns = period * std::clamp<std::uint32_t>(d.limit_pct, 1, 100) / 100,
+          .busy_ns = d.busy_ns + queued_ns};
+}
+// Nobody charges work that runs past the slot or the budget, so a launch
+// whose expected GPU time is `per_launch_ns` goes only while half of that is
+// left: the last launch then runs past the end about as often and as long
+// as the end's tail stays unused (kernels of 50 us - 20 ms at random: 34.9 %
+// for a cap of 30 with a fixed 1 ms lead, 25.5 % with the whole launch as
+// the lead). Before the slot's end the queue (up to the horizon) runs on
+// after the last launch too: half of it is part of that lead. The budget
+// counts the queue itself (duty_standing()).
+inline std::uint64_t duty_cycle_slot_lead_ns(std::uint64_t per_launch_ns,
+                                             std::uint64_t horizon_ns) noexcept {
   return std::max(per_launch_ns / 2, horizon_ns / 2);
 }
+inline std::uint64_t duty_cycle_budget_lead_ns(std::uint64_t per_launch_ns) noexcept {
+  return per_launch_ns / 2;
+}
+
+// Local duty cycle without a daemon: a capped allocation may submit in its
+// slot of every period of ten quanta until it has been busy for its limit of
+// the period. Returns 0 when it may now, else the time until its slot opens.
 inline std::uint64_t duty_cycle_wait_ns(const DutyCycleView& d, std::uint64_t now,
-                                        std::uint64_t per_launch_ns,
-                                        std::uint64_t horizon_ns) noexcept {
+                                        std::uint64_t per_launch_ns, std::uint64_t horizon_ns,
+                                        std::uint64_t queued_ns) noexcept {
   if (!d.capped) return 0;
-  return duty_wait_ns(now, duty_cycle_period_ns(d), d.offset_pct, d.limit_pct,
-                      duty_cycle_lead_ns(per_launch_ns, horizon_ns));
+  return duty_wait_ns(now, duty_standing(d, queued_ns),
+                      duty_cycle_slot_lead_ns(per_launch_ns, horizon_ns),
+                      duty_cycle_budget_lead_ns(per_launch_ns));
 }
 
 // Everything one decision looks at, read by the slow path in one go.
@@ -138,18 +155,27 @@ struct GateAction {
 inline std::uint64_t local_go_ns(const GateSnapshot& s) noexcept {
   const std::uint64_t span = kLocalLeaseHorizons * s.horizon_ns;
   if (!s.duty.capped) return span;
-  return std::min(
-      span, duty_open_ns(s.now, duty_cycle_period_ns(s.duty), s.duty.offset_pct, s.duty.limit_pct,
-                         duty_cycle_lead_ns(s.per_launch_ns, s.horizon_ns)));
+  // Within the span the fast path lets the queue grow to the horizon
+  // unseen: the span ends where a full queue would reach the budget's end,
+  // and the launches after that are weighed one by one.
+  return std::min(span,
+                  duty_open_ns(s.now, duty_standing(s.duty, std::max(s.queued_ns, s.horizon_ns)),
+                               duty_cycle_slot_lead_ns(s.per_launch_ns, s.horizon_ns),
+                               duty_cycle_budget_lead_ns(s.per_launch_ns)));
 }
 
-// kGo's `ns`: 0 under a daemon (its lease says how long), else local_go_ns().
+// kGo's `ns`: without a daemon local_go_ns() (0: this launch only); 0 under a
+// daemon, whose lease says how long.
 inline GateAction decide_gate(const GateSnapshot& s) noexcept {
   std::uint64_t expiry = s.lease_expiry_ns;
   std::uint64_t go_ns = 0;
   if (!daemon_arbitrates(s)) {
     // No arbitration: limits stay in force locally (capped), burst runs.
-    const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns);
+    // The queue estimate is an upper bound (a long kernel at the head
+    // prices every launch behind it like itself): past the horizon, which
+    // the gate keeps the queue to, it would end the slot early.
+    const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns,
+                                                  std::min(s.queued_ns, s.horizon_ns));
     if (wait != 0) return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
     expiry = s.now + kLocalLeaseHorizons * s.horizon_ns;
     go_ns = local_go_ns(s);

@@ -75,11 +75,44 @@ unsigned gpu_of_launch(const AllocationState& st) noexcept {
   return gate::queue_allows(now, expiry, tr.queued_estimate_ns(now, horizon), horizon);
 }
 
-// The allocation's limits as the local duty cycle sees them. The window's
-// offset comes from the node's table (I/O), refreshed at most every
+// Per GPU, for the local duty cycle: when the slot last opened, as this
+// process last looked, and the allocation's idle time up to then
+// (GpuTracker::idle_until_ns). Racing threads store equal values.
+struct SlotBase {
+  std::atomic<std::uint64_t> open_ns{0};
+  std::atomic<std::uint64_t> idle_ns{0};
+};
+std::array<SlotBase, shm::kMaxGpus> g_slot_base{};
+
+// The allocation's busy time since its slot opened at `open`: the time
+// since, less the idle time the tracker saw in it.
+std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
+                         std::uint64_t now) noexcept {
+  SlotBase& b = g_slot_base[gpu];
+  if (b.open_ns.load(std::memory_order_acquire) != open) {
+    b.idle_ns.store(tr.idle_until_ns(open), std::memory_order_relaxed);
+    b.open_ns.store(open, std::memory_order_release);
+  }
+  const std::uint64_t at_open = b.idle_ns.load(std::memory_order_relaxed);
+  const std::uint64_t idle_now = tr.idle_until_ns(now);
+  const std::uint64_t idle = idle_now > at_open ? idle_now - at_open : 0;
+  const std::uint64_t wall = now > open ? now - open : 0;
+  return wall > idle ? wall - idle : 0;
+}
+
+std::uint64_t pack(DutySlot s) noexcept {
+  return (std::uint64_t{s.offset_ppm} << 32) | s.length_ppm;
+}
+DutySlot unpack(std::uint64_t v) noexcept {
+  return {.offset_ppm = static_cast<std::uint32_t>(v >> 32),
+          .length_ppm = static_cast<std::uint32_t>(v)};
+}
+
+// The allocation's limits and standing as the local duty cycle sees them.
+// The slot comes from the node's table (I/O), refreshed at most every
 // kDutyRefreshNs per GPU; all processes of an allocation share the phase,
 // since it derives from CLOCK_MONOTONIC.
-gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu,
+gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu, gate::GpuTracker& tr,
                                     std::uint64_t now) noexcept {
   const auto& g = st.limits->gpus[gpu];
   if (static_cast<shm::ComputeMode>(g.mode.load(std::memory_order_relaxed)) !=
@@ -88,16 +121,19 @@ gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu,
   }
   const std::uint32_t pct = std::clamp<std::uint32_t>(g.compute_limit_pct.load(), 1, 100);
   static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> refreshed{};
-  static std::array<std::atomic<std::uint32_t>, shm::kMaxGpus> offsets{};
+  static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> slots{};
   if (now >= refreshed[gpu].load(std::memory_order_relaxed) + kDutyRefreshNs) {
     refreshed[gpu].store(now, std::memory_order_relaxed);
     const std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
-    offsets[gpu].store(duty_offset_for(st.run_dir, uuid, pct, now), std::memory_order_relaxed);
+    slots[gpu].store(pack(duty_slot_for(st.run_dir, uuid, pct, now)), std::memory_order_relaxed);
   }
-  return {.capped = true,
-          .quantum_ns = st.limits->quantum_ns.load(std::memory_order_relaxed),
-          .limit_pct = pct,
-          .offset_pct = offsets[gpu].load(std::memory_order_relaxed)};
+  gate::DutyCycleView v{.capped = true,
+                        .quantum_ns = st.limits->quantum_ns.load(std::memory_order_relaxed),
+                        .limit_pct = pct,
+                        .slot = unpack(slots[gpu].load(std::memory_order_relaxed))};
+  const DutyPosition at = duty_position(now, gate::duty_cycle_period_ns(v), v.slot);
+  v.busy_ns = busy_since(tr, gpu, at.open_ns, now);
+  return v;
 }
 
 // Whether the node run dir this allocation lives in (RUN/alloc/<id>) holds a
@@ -138,8 +174,7 @@ std::uint64_t unticked_since(const AllocationState& st, std::uint64_t now) noexc
 
 // Reads what decide_gate() looks at. The run-dir lookups (the daemon's
 // socket, the duty-cycle table) happen only where the decision needs them.
-GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu,
-                           const gate::GpuTracker& tr) noexcept {
+GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTracker& tr) noexcept {
   GateSnapshot s{.now = monotonic_ns()};
   s.lease_expiry_ns = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_acquire);
   s.heartbeat_ns = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
@@ -148,7 +183,7 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu,
   if (arbitrated) s.horizon_ns = gate::queue_horizon_ns(s.now, s.lease_expiry_ns);
   s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
   s.per_launch_ns = tr.per_launch_ns();
-  if (!arbitrated) s.duty = duty_cycle_view(st, gpu, s.now);
+  if (!arbitrated) s.duty = duty_cycle_view(st, gpu, tr, s.now);
   return s;
 }
 
@@ -160,6 +195,7 @@ void sleep_ns(std::uint64_t ns) noexcept {
 
 void reset_gate_after_fork() noexcept {
   for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
+  for (auto& b : g_slot_base) b.open_ns.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
 }

@@ -52,6 +52,8 @@ void GpuTracker::reset_after_fork() noexcept {
   gap_ = {};
   anchor_ = {};
   left_idle_ = false;
+  idle_total_ns_ = 0;
+  idle_since_ns_ = 0;
   oldest_batch_ns_.store(0);
   oldest_batch_end_.store(0);
   submitted_.store(kIdle);  // the child has a slot of its own, with no marks
@@ -228,6 +230,11 @@ CUevent GpuTracker::take_event_locked() noexcept {
 void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   const std::uint32_t epoch = mark_busy();
   std::lock_guard lock(mu_);
+  const std::uint64_t since = std::exchange(idle_since_ns_, 0);
+  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1) {
+    const std::uint64_t now = shm::monotonic_ns();
+    if (now > since) idle_total_ns_ += now - since;
+  }
   CUevent from = std::exchange(spell_end_, nullptr);
   if (!from) return;
   // Only a gap in which no process of the allocation had work on the GPU
@@ -392,9 +399,22 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   if (idle && left_idle_) {
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
+    idle_since_ns_ = now;
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it
   settle_gap_locked(usage);
+}
+
+std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
+  std::lock_guard lock(mu_);
+  std::uint64_t idle = idle_total_ns_;
+  if (idle_since_ns_ != 0 && t > idle_since_ns_) {
+    // Still ours only while no process made the allocation busy since.
+    const AllocationState* st = allocation_state();
+    if (st && st->usage->gpus[gpu_].busy_epoch.load(std::memory_order_acquire) == idle_epoch_)
+      idle += t - idle_since_ns_;
+  }
+  return idle;
 }
 
 void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,

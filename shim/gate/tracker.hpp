@@ -134,6 +134,14 @@ class GpuTracker {
   // has completed; whether there was one.
   bool complete_done_batches(shm::GpuUsage& usage) noexcept;
 
+  // The allocation's idle time on this GPU as this process sees it,
+  // cumulative up to `t` (at or after its last transition): the gaps that
+  // began when this process left the allocation idle and ended when it made
+  // it busy again, no other process busy in between, and the gap it is in
+  // now. A gap another process of the allocation ended counts as busy time:
+  // the local duty cycle then stops early rather than late.
+  std::uint64_t idle_until_ns(std::uint64_t t) noexcept;
+
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;
 
@@ -194,7 +202,11 @@ class GpuTracker {
   };
   CUevent spell_end_ = nullptr;   // last event of the last spell that left the allocation idle
   std::uint32_t idle_epoch_ = 0;  // usage.busy_epoch then
-  bool left_idle_ = false;        // the last settle_idle_locked() left the allocation idle
+  // idle_until_ns(): the gaps that ended, and when the one in progress began
+  // (0: none of ours). Under mu_.
+  std::uint64_t idle_total_ns_ = 0;
+  std::uint64_t idle_since_ns_ = 0;
+  bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.

@@ -115,7 +115,10 @@ TEST(GateDecision, WithoutADaemonTheQueueIsStillPaced) {
 // Capped at 30 %, quantum 10 ms: a window of 30 ms of every 100 ms, opening
 // `offset` % into the period.
 DutyCycleView capped30(std::uint32_t offset = 0) {
-  return {.capped = true, .quantum_ns = 10 * kMs, .limit_pct = 30, .offset_pct = offset};
+  return {.capped = true,
+          .quantum_ns = 10 * kMs,
+          .limit_pct = 30,
+          .slot = {.offset_ppm = offset * 10'000, .length_ppm = 300'000}};
 }
 
 TEST(GateDecision, ACappedAllocationWithoutADaemonGoesInsideItsWindow) {
@@ -154,7 +157,7 @@ TEST(GateDecision, TheWindowOpensAtItsOffset) {
   EXPECT_EQ(decide_gate(s), kLocalGo);
 }
 
-TEST(GateDecision, ALocalGoEndsWhereTheWindowsLastLaunchMayGo) {
+TEST(GateDecision, ALocalGoEndsWhereTheSlotsLastLaunchMayGo) {
   GateSnapshot s = alone(capped30());
   s.now = 100 * kMs * 50 + 25 * kMs;  // 5 ms left, a lead of half the horizon
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, 4 * kMs}));
@@ -162,17 +165,37 @@ TEST(GateDecision, ALocalGoEndsWhereTheWindowsLastLaunchMayGo) {
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, 3 * kMs}));
   // Launches over the whole of a go pass the gate's window test on their own.
   for (std::uint64_t t = s.now; t < s.now + 3 * kMs; t += kMs / 4)
-    EXPECT_EQ(duty_cycle_wait_ns(s.duty, t, s.per_launch_ns, kHorizon), 0u) << t;
-  EXPECT_NE(duty_cycle_wait_ns(s.duty, s.now + 3 * kMs, s.per_launch_ns, kHorizon), 0u);
+    EXPECT_EQ(duty_cycle_wait_ns(s.duty, t, s.per_launch_ns, kHorizon, 0), 0u) << t;
+  EXPECT_NE(duty_cycle_wait_ns(s.duty, s.now + 3 * kMs, s.per_launch_ns, kHorizon, 0), 0u);
+}
+
+TEST(GateDecision, ACappedAllocationMakesUpItsOwnIdleTimeInItsSlot) {
+  DutyCycleView d = capped30();
+  d.slot.length_ppm = 375'000;  // beside a cap of 50: 37.5 ms of every 100
+  GateSnapshot s = alone(d);
+  s.now = 100 * kMs * 50 + 32 * kMs;  // past 30 ms of wall time, but idle for 7 of them
+  s.per_launch_ns = 2 * kMs;          // a lead of 1 ms before either end
+  s.duty.busy_ns = 25 * kMs;
+  // The go ends where a queue grown to the horizon would reach 29 ms busy.
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kGo, 2 * kMs}));
+  s.duty.busy_ns = 27 * kMs;  // closer: this launch may go, the next is weighed again
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = 2 * kMs;  // queued work will be busy time too
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+  s.queued_ns = 0;
+  s.duty.busy_ns = 29 * kMs + 1;  // its budget (less the lead) is spent
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+  s.now = 100 * kMs * 50 + 90 * kMs;
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 10 * kMs}));
 }
 
 TEST(GateDecision, NoQuantumMeansTheDefaultPeriod) {
   DutyCycleView d = capped30();
   d.quantum_ns = 0;
-  EXPECT_EQ(duty_cycle_wait_ns(d, 100 * kMs * 50 + 95 * kMs, 0, kHorizon), 5 * kMs);
+  EXPECT_EQ(duty_cycle_wait_ns(d, 100 * kMs * 50 + 95 * kMs, 0, kHorizon, 0), 5 * kMs);
   d.quantum_ns = 20 * kMs;  // period 200 ms, window 60 ms
-  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 195 * kMs, 0, kHorizon), 5 * kMs);
-  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 50 * kMs, 0, kHorizon), 0u);
+  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 195 * kMs, 0, kHorizon, 0), 5 * kMs);
+  EXPECT_EQ(duty_cycle_wait_ns(d, 200 * kMs * 50 + 50 * kMs, 0, kHorizon, 0), 0u);
 }
 
 TEST(GateDecision, TheDutyCycleIsIgnoredWhileADaemonArbitrates) {

@@ -109,31 +109,56 @@ TEST(CaptureTracker, OverflowTreatsEveryStreamAsCapturing) {
   EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(16)));
 }
 
-TEST(DutyCyclePlan, WindowsOfOneGpuLieEndToEndInIdOrder) {
+TEST(DutyCyclePlan, SlotsOfOneGpuLieEndToEndInIdOrderStretchedOverTheUnclaimedPart) {
   const std::vector<DutyClaim> live{{"a", "GPU-1", 30}, {"b", "GPU-1", 50}, {"c", "GPU-2", 40}};
-  EXPECT_EQ(duty_offset_pct(live, live[0]), 0u);
-  EXPECT_EQ(duty_offset_pct(live, live[1]), 30u);
-  EXPECT_EQ(duty_offset_pct(live, live[2]), 0u);  // another GPU
-  // Over-committed caps wrap around (and overlap).
+  // Caps of 30 and 50 leave 20 % unclaimed: slots of 37.5 % and 62.5 %.
+  EXPECT_EQ(duty_slot(live, live[0]), (DutySlot{0, 375'000}));
+  EXPECT_EQ(duty_slot(live, live[1]), (DutySlot{375'000, 625'000}));
+  EXPECT_EQ(duty_slot(live, live[2]), (DutySlot{0, kPeriodPpm}));  // alone on its GPU
+  // Its own claim missing from the table (it could not be written): the same.
+  const std::vector<DutyClaim> others{live[1], live[2]};
+  EXPECT_EQ(duty_slot(others, live[0]), (DutySlot{0, 375'000}));
+  // Caps of 100 or more: slots as long as the limits, wrapping (and overlapping).
   const std::vector<DutyClaim> full{{"a", "G", 70}, {"b", "G", 60}};
-  EXPECT_EQ(duty_offset_pct(full, full[1]), 70u);
+  EXPECT_EQ(duty_slot(full, full[1]), (DutySlot{700'000, 600'000}));
   const std::vector<DutyClaim> more{{"a", "G", 70}, {"b", "G", 60}, {"c", "G", 10}};
-  EXPECT_EQ(duty_offset_pct(more, more[2]), 30u);
+  EXPECT_EQ(duty_slot(more, more[2]), (DutySlot{300'000, 100'000}));
+  const std::vector<DutyClaim> exact{{"a", "G", 40}, {"b", "G", 60}};
+  EXPECT_EQ(duty_slot(exact, exact[1]), (DutySlot{400'000, 600'000}));
 }
 
-TEST(DutyCyclePlan, WaitsUntilItsOwnWindowOpens) {
-  constexpr std::uint64_t kPeriod = 100'000'000;  // 100 ms
-  constexpr std::uint64_t kBase = 1'000 * kPeriod;
-  // Window [30 %, 80 %) of each period.
-  EXPECT_EQ(duty_wait_ns(kBase + 10'000'000, kPeriod, 30, 50, 0), 20'000'000u);
-  EXPECT_EQ(duty_wait_ns(kBase + 30'000'000, kPeriod, 30, 50, 0), 0u);
-  EXPECT_EQ(duty_wait_ns(kBase + 79'000'000, kPeriod, 30, 50, 0), 0u);
-  EXPECT_EQ(duty_wait_ns(kBase + 80'000'000, kPeriod, 30, 50, 0), 50'000'000u);
-  // Close to the window's end, the next window.
-  EXPECT_EQ(duty_wait_ns(kBase + 79'500'000, kPeriod, 30, 50, 1'000'000), 50'500'000u);
-  // A window that wraps past the period's end.
-  EXPECT_EQ(duty_wait_ns(kBase + 5'000'000, kPeriod, 80, 40, 0), 0u);
-  EXPECT_EQ(duty_wait_ns(kBase + 50'000'000, kPeriod, 80, 40, 0), 30'000'000u);
+constexpr std::uint64_t kPeriod = 100'000'000;  // 100 ms
+constexpr std::uint64_t kBase = 1'000 * kPeriod;
+
+// Slot [30 %, 80 %) of each period, a budget of 40 ms of busy time.
+DutyStanding standing(std::uint64_t busy_ns, DutySlot slot = {300'000, 500'000}) {
+  return {.period = kPeriod, .slot = slot, .budget_ns = 40'000'000, .busy_ns = busy_ns};
+}
+
+TEST(DutyCyclePlan, WaitsUntilItsOwnSlotOpens) {
+  EXPECT_EQ(duty_wait_ns(kBase + 10'000'000, standing(0), 0, 0), 20'000'000u);
+  EXPECT_EQ(duty_wait_ns(kBase + 30'000'000, standing(0), 0, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 79'000'000, standing(0), 0, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 80'000'000, standing(0), 0, 0), 50'000'000u);
+  // Close to the slot's end, the next slot.
+  EXPECT_EQ(duty_wait_ns(kBase + 79'500'000, standing(0), 1'000'000, 1'000'000), 50'500'000u);
+  // A slot that wraps past the period's end.
+  const DutySlot wraps{800'000, 400'000};
+  EXPECT_EQ(duty_wait_ns(kBase + 5'000'000, standing(0, wraps), 0, 0), 0u);
+  EXPECT_EQ(duty_wait_ns(kBase + 50'000'000, standing(0, wraps), 0, 0), 30'000'000u);
+  EXPECT_EQ(duty_position(kBase + 5'000'000, kPeriod, wraps).open_ns, kBase - 20'000'000);
+}
+
+TEST(DutyCyclePlan, StopsForTheRestOfTheSlotOnceBusyForItsBudget) {
+  const std::uint64_t now = kBase + 60'000'000;                           // 30 ms into the slot
+  EXPECT_EQ(duty_open_ns(now, standing(25'000'000), 0, 0), 15'000'000u);  // the budget binds
+  EXPECT_EQ(duty_open_ns(now, standing(10'000'000), 0, 0), 20'000'000u);  // the slot binds
+  EXPECT_EQ(duty_open_ns(now, standing(25'000'000), 1'000'000, 1'000'000),
+            14'000'000u);  // less the lead
+  EXPECT_EQ(duty_open_ns(now, standing(39'000'000), 1'000'000, 1'000'000), 0u);
+  // Spent: until the slot opens again.
+  EXPECT_EQ(duty_wait_ns(now, standing(40'000'000), 0, 0), 70'000'000u);
+  EXPECT_EQ(duty_wait_ns(now, standing(39'999'999), 0, 0), 0u);
 }
 
 }  // namespace

@@ -252,6 +252,10 @@ void LeaseScheduler::attribute_leases(std::uint64_t now) {
       return;
     }
     const std::uint64_t done = std::max(*r.drained_at_ns, r.end_ns);
+    if (t && r.at_expiry) {
+      const std::uint64_t overrun = done - r.end_ns;
+      t->overrun_ns = (t->overrun_ns * 3 + overrun) / 4;
+    }
     if (t && r.ended_idle && cursor_ns_ > *r.drained_at_ns) {
       // Charged as it ran up to here: the time after its drain goes back.
       const std::uint64_t idle = std::min(cursor_ns_, r.end_ns) - *r.drained_at_ns;
@@ -281,6 +285,7 @@ void LeaseScheduler::end_lease(std::uint64_t now, bool idle, bool ran_dry) {
       it->idle_release = idle;
       it->ran_dry = ran_dry;
       it->handed_over = handed_over;
+      it->at_expiry = !idle && !ran_dry && now >= expiry_ns_;
       it->submit_mark_ns = tenants_.at(*holder_).signals.last_submit_ns;
       break;
     }
@@ -333,6 +338,27 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
     if (t.vtime + margin < holder_then) end = due;
   }
   return end;
+}
+
+std::uint64_t LeaseScheduler::hold_for_return(TenantId next, std::uint64_t now) const {
+  const Tenant& n = tenants_.at(next);
+  if (n.overrun_ns < config_.hold_overrun_ns) return 0;
+  const double w = weight_of(n.policy);
+  const double margin = static_cast<double>(lease_length_ns()) / w;
+  std::uint64_t until = 0;
+  for (const auto& [id, t] : tenants_) {
+    if (id == next || t.removed || t.was_candidate || t.gap_ns == 0 || t.left_at_ns == 0) continue;
+    const std::uint64_t away_until =
+        std::min(t.left_at_ns + 2 * t.gap_ns, t.left_at_ns + config_.level_after_ns);
+    if (now >= away_until) continue;  // not back when expected: the GPU goes on
+    const std::uint64_t due = t.left_at_ns + t.gap_ns;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(std::max(due, now)))
+      continue;
+    // As in lease_end(): it would preempt `next` on its return.
+    const double next_then = n.vtime + static_cast<double>(due > now ? due - now : 0) / w;
+    if (t.vtime + margin < next_then) until = std::max(until, away_until);
+  }
+  return until;
 }
 
 // Whether another tenant waits for the GPU and could be granted it now.
@@ -615,7 +641,8 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   std::uint64_t deferred_until = 0;
   if (!holder_) {
     if (auto next = choose(now)) {
-      deferred_until = handoff_deferral(*next, now);
+      deferred_until = hold_for_return(*next, now);
+      if (deferred_until == 0) deferred_until = handoff_deferral(*next, now);
       if (deferred_until == 0) grant(*next, now);
     }
   }

@@ -806,6 +806,27 @@ TEST(LeaseScheduler, ATenantBackFromAShortGapKeepsItsPlaceAndGetsItsDemand) {
   EXPECT_GT(s1, 25.0);
 }
 
+TEST(LeaseScheduler, ATenantWhoseKernelsOutlastTheGapIsNotGrantedTheGpuInIt) {
+  // The weight-1 tenant's work runs 20 ms past every lease's end (long
+  // kernels: the GPU keeps one to its end, whatever the lease): granted in
+  // the weight-3 tenant's 2 ms host gaps, it kept it waiting for 20 ms at
+  // every return.
+  for (const bool hold : {false, true}) {
+    SchedulerConfig cfg;
+    if (!hold) cfg.hold_overrun_ns = std::numeric_limits<std::uint64_t>::max();
+    Sim sim(cfg);
+    sim.add(1, burst(1), {.overrun_ns = 20 * kMs});
+    sim.add(2, burst(3));
+    const auto [s1, s2] = host_gap_steps(sim);
+    if (hold) {
+      EXPECT_GT(s2, 50.0);
+      EXPECT_GT(s1, 10.0);  // still served, in full leases when its turn comes
+    } else {
+      EXPECT_LT(s2, 30.0);  // the behaviour the hold replaces
+    }
+  }
+}
+
 TEST(LeaseScheduler, AdoptedLeaseContinuesAfterRestart) {
   LeaseScheduler s;
   s.set_tenant(7, burst(1), kT0);

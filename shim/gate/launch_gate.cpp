@@ -6,7 +6,7 @@
 // syscall. Otherwise the slow path reads a snapshot, asks gate_decision.hpp what to do and does it:
 // wait for the queued work to drain a little (so that no process stacks up work that would run far
 // past its lease), or for a lease (publishing demand and sleeping on the shared lease futex of the
-// limits region), or, without a live daemon, for the next window of the local duty cycle of a
+// limits region), or, without a live daemon, for the next slot of the local duty cycle of a
 // capped allocation.
 #include "shim/gate/launch_gate.hpp"
 

@@ -62,12 +62,17 @@ struct DutyPosition {
   std::uint64_t phase = 0;    // now - open_ns
   std::uint64_t length = 0;   // the slot's length
 };
+// `ppm` of `period`, exact for any period (a quantum from the limits region
+// may be anything: the product is taken in 128 bits).
+inline std::uint64_t ppm_of(std::uint64_t period, std::uint32_t ppm) {
+  return static_cast<std::uint64_t>(static_cast<unsigned __int128>(period) * ppm / kPeriodPpm);
+}
 inline DutyPosition duty_position(std::uint64_t now, std::uint64_t period, DutySlot slot) {
-  const std::uint64_t shift = period * (slot.offset_ppm % kPeriodPpm) / kPeriodPpm;
+  const std::uint64_t shift = ppm_of(period, slot.offset_ppm % kPeriodPpm);
   const std::uint64_t phase = (now + period - shift) % period;
   return {.open_ns = now >= phase ? now - phase : 0,
           .phase = phase,
-          .length = period * std::min(slot.length_ppm, kPeriodPpm) / kPeriodPpm};
+          .length = ppm_of(period, std::min(slot.length_ppm, kPeriodPpm))};
 }
 
 // An allocation's standing in the current period: its slot, its budget of

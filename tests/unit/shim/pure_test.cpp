@@ -149,6 +149,14 @@ TEST(DutyCyclePlan, WaitsUntilItsOwnSlotOpens) {
   EXPECT_EQ(duty_position(kBase + 5'000'000, kPeriod, wraps).open_ns, kBase - 20'000'000);
 }
 
+TEST(DutyCyclePlan, AHugePeriodDoesNotOverflowTheSlot) {
+  // A quantum of an hour from the limits region: period x ppm is past 2^64.
+  constexpr std::uint64_t kHour = 3'600'000'000'000;
+  const DutyPosition p = duty_position(kBase, 10 * kHour, {500'000, 250'000});
+  EXPECT_EQ(p.length, 10 * kHour / 4);
+  EXPECT_LT(p.phase, 10 * kHour);
+}
+
 TEST(DutyCyclePlan, StopsForTheRestOfTheSlotOnceBusyForItsBudget) {
   const std::uint64_t now = kBase + 60'000'000;                           // 30 ms into the slot
   EXPECT_EQ(duty_open_ns(now, standing(25'000'000), 0, 0), 15'000'000u);  // the budget binds

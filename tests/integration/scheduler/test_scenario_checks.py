@@ -49,6 +49,49 @@ class Checks(unittest.TestCase):
             shaped = scenario.shaped_checks(checks, tenants, shape)
             self.assertIn(("busy_max", "t1", 12), shaped, shape)
 
+    def test_beside_an_alone_figure_the_acceptance_judges(self):
+        burst = [("t1", 25, "burst", "1000"), ("t2", 75, "burst", "1000")]
+        checks = [("share", "t1", 25, 3), ("share", "t2", 75, 3), ("device_min", 95)]
+        # Every shape, async too: split of the busy time by weight ± 2, device >= alone - 2.
+        shaped = scenario.shaped_checks(checks, burst, "async", alone=99.0)
+        self.assertIn(("busy_share", "t1", 25, 2), shaped)
+        self.assertIn(("device_min", 97.0), shaped)
+        self.assertNotIn(("device_min", 95), shaped)
+        self.assertEqual(len(scenario.check({"t1": 23.5, "t2": 72.5, "device": 96.0}, shaped)), 1)
+        self.assertEqual(scenario.check({"t1": 24.5, "t2": 73.0, "device": 97.5}, shaped), [])
+        # Without the figure, async keeps the scenario's own checks.
+        self.assertEqual(scenario.shaped_checks(checks, burst, "async"), checks)
+
+    def test_a_host_slower_alone_lowers_the_floor_a_faster_one_raises_it(self):
+        one = [("t1", 50, "burst", "1000")]
+        slow = scenario.shaped_checks([("min", "t1", 95)], one, "hostgap", alone=59.1)
+        self.assertEqual(slow, [("min", "t1", 57.1), ("device_min", 57.1)])
+        fast = scenario.shaped_checks([("min", "t1", 95)], one, "sync1", alone=94.0)
+        self.assertEqual(scenario.check({"t1": 91.0, "device": 91.0}, fast)[0],
+                         "t1: 91.0 % below 92.0")
+
+    def test_a_tenant_below_its_entitlement_is_owed_what_it_reaches_alone(self):
+        burst = [("t1", 25, "burst", "1000"), ("t2", 75, "burst", "1000")]
+        shaped = scenario.shaped_checks([("share", "t1", 25, 2), ("share", "t2", 75, 2)], burst,
+                                        "hostgap", alone=60.0)
+        self.assertIn(("share", "t2", 60.0, 3), shaped)
+        self.assertIn(("share", "t1", 40.0, 3), shaped)
+
+    def test_caps_are_judged_tenant_by_tenant_and_to_3_points_beside_hogs(self):
+        capped = [("t1", 30, "capped", "1000"), ("t2", 50, "capped", "1000")]
+        checks = [("share", "t1", 30, 2), ("share", "t2", 50, 2), ("device", 80, 3)]
+        shaped = scenario.shaped_checks(checks, capped, "hostgap", alone=59.0)
+        self.assertEqual(shaped, checks[:2])
+        shares = {"t1": 27.5, "t2": 47.5, "device": 75.0}
+        self.assertEqual(len(scenario.check(shares, shaped, capped={"t1", "t2"})), 2)
+        self.assertEqual(scenario.check(shares, shaped, capped={"t1", "t2"}, cap_tol=3), [])
+        # Only caps: a burst tenant's share keeps its tolerance.
+        self.assertEqual(len(scenario.check({"t3": 27.5, "device": 90}, [("share", "t3", 30, 2)],
+                                            cap_tol=3)), 1)
+        # Nor does it lift a cap's ceiling past 3 points.
+        self.assertEqual(len(scenario.check({"t1": 33.5, "device": 40}, [("share", "t1", 30, 2)],
+                                            capped={"t1"}, cap_tol=3)), 1)
+
 
 if __name__ == "__main__":
     unittest.main()

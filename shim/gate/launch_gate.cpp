@@ -124,7 +124,12 @@ gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu, gat
   static std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> slots{};
   if (now >= refreshed[gpu].load(std::memory_order_relaxed) + kDutyRefreshNs) {
     refreshed[gpu].store(now, std::memory_order_relaxed);
-    const std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
+    std::string uuid(g.uuid, strnlen(g.uuid, shm::kUuidBytes));
+    // A "*" entry claims the GPU it runs on, beside the allocations on its UUID.
+    CUdevice device = -1;
+    if (uuid == shm::kAnyGpu && current_gpu_index(st, device) == gpu && device >= 0 &&
+        static_cast<std::size_t>(device) < st.device_uuid.size())
+      uuid = st.device_uuid[static_cast<std::size_t>(device)];
     slots[gpu].store(pack(duty_slot_for(st.run_dir, uuid, pct, now)), std::memory_order_relaxed);
   }
   gate::DutyCycleView v{.capped = true,

@@ -343,7 +343,9 @@ CUresult initialize_locked() {
   st.device_count = count;
   st.oom_backtrace = env->oom_backtrace;
   st.run_dir = dir.string();
+  st.device_uuid.clear();
   for (int i = 0; i < count; ++i) {
+    st.device_uuid.push_back(gpus[static_cast<unsigned>(i)].uuid);
     auto idx = shm::find_gpu_entry(*st.limits, gpus[static_cast<unsigned>(i)].uuid);
     st.gpu_of_device[static_cast<unsigned>(i)] =
         idx && *idx < shm::kMaxGpus ? static_cast<std::uint8_t>(*idx) : kNoGpu;

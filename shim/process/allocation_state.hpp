@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shim/driver/cuda_api.hpp"
 #include "shm/layout.hpp"
@@ -35,6 +36,7 @@ struct AllocationState {
   int device_count = 0;                                     // visible CUDA devices
   std::array<std::uint8_t, kMaxDevices> gpu_of_device{};    // ordinal -> limits.gpus[] or kNoGpu
   std::array<std::uint64_t, kMaxDevices> physical_total{};  // cuDeviceTotalMem_v2 per ordinal
+  std::vector<std::string> device_uuid;                     // ordinal -> the GPU's UUID
   bool oom_backtrace = false;
   std::string run_dir;
 };

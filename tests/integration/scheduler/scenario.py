@@ -78,6 +78,10 @@ SHAPES = {
     "short": ([], "10"),                                     # 10 us kernels
     "mixed": ([], "50~20000"),                               # 50 us - 20 ms, drawn at random
     "hostgap": (["--sync-every", "4", "--host-gap-us", "2000"], None),  # 2 ms CPU per 4 ms GPU
+    # A deep asynchronous queue, the first allocation (and every other one
+    # after it) on a limits entry for any GPU ("*": cusharectl create
+    # without --gpu), the others on the GPU's UUID.
+    "anygpu": ([], None),
 }
 
 
@@ -85,7 +89,9 @@ SHAPES = {
 # reaches on fakegpu (burst30, tests/bench/scheduler), less 2 points: with
 # several tenants the device must stay at least this busy.
 DEVICE_FLOOR = {"async": 95, "sync1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
-                "short": 95, "mixed": 93, "hostgap": 63}
+                "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95}
+# Shapes whose tenants have no gaps of their own: judged as the scenario says.
+GAPLESS = {"async", "anygpu"}
 
 
 def fair_shares(weights, demand):
@@ -119,7 +125,7 @@ def shaped_checks(checks, tenants, shape, alone=None):
     floor is alone - 2 (instead of DEVICE_FLOOR, set on an idle host), a
     tenant's demand is alone, burst tenants split the busy time by weight
     ± 2, and caps are judged tenant by tenant (no device total)."""
-    if shape == "async" and alone is None:
+    if shape in GAPLESS and alone is None:
         return checks
     modes = {t[0]: t[2] for t in tenants}
     burst = {t[0]: t[1] for t in tenants if t[2] == "burst"}
@@ -203,9 +209,12 @@ class Env:
         # holds in each, not only in the one judged.
         self.peaks = {}
         self.base_env = dict(os.environ)
+        # fakegpu's libcuda and libnvidia-ml for everyone: the daemon reads
+        # ground truth from NVML as deployed (the backstop, "*" placement).
         self.base_env.update({
             "FAKEGPU_STATE": self.state,
             "FAKEGPU_DEVICES": "H100:80Gi:132",
+            "LD_LIBRARY_PATH": os.path.join(self.build, "fakegpu"),
         })
         self.preload = os.environ.get("CUSHARE_PRELOAD") or os.path.join(self.build, "lib", "libcushare.so")
 
@@ -221,15 +230,18 @@ class Env:
     def start_tenant(self, name, limit, mode, kernel_us, seconds, alloc=None):
         """One spin_worker process `name` in allocation `alloc` (default: `name`)."""
         folder = os.path.join(self.run_dir, "alloc", alloc or name)
-        os.makedirs(folder, exist_ok=True)
         env = dict(self.base_env)
         env.update({
             "LD_LIBRARY_PATH": os.path.join(self.build, "fakegpu"),
             "LD_PRELOAD": self.preload,
             "CUSHARE_RUN_DIR": folder,
-            "CUSHARE_COMPUTE_LIMIT": str(limit),
-            "CUSHARE_COMPUTE_MODE": mode,
         })
+        if self.shape == "anygpu" and not os.path.isdir(folder):
+            if len(os.listdir(os.path.join(self.run_dir, "alloc"))) % 2 == 0:
+                self.create_any_gpu(alloc or name, limit, mode)
+        if not os.path.exists(os.path.join(folder, "limits")):
+            os.makedirs(folder, exist_ok=True)
+            env.update({"CUSHARE_COMPUTE_LIMIT": str(limit), "CUSHARE_COMPUTE_MODE": mode})
         out = open(os.path.join(self.tmp, name + ".out"), "w")
         extra, shape_kernel = SHAPES[self.shape]
         if shape_kernel and kernel_us == "1000":
@@ -244,6 +256,12 @@ class Env:
         if mode == "capped":
             self.capped.add(name)
         return p
+
+    def create_any_gpu(self, alloc, limit, mode):
+        """The allocation's limits on a "*" entry, as `cusharectl create` without --gpu makes them."""
+        subprocess.run([os.path.join(self.build, "bin", "cusharectl"), "--run-dir", self.run_dir,
+                        "create", alloc, "--memory-limit", "8Gi", "--compute-limit", str(limit),
+                        "--mode", mode], env=self.base_env, check=True, capture_output=True)
 
     def daemon_cpu(self):
         """(pid, CPU seconds the daemon has used, when), None without one."""

@@ -7,7 +7,8 @@ docs/benchmarks.md.
       each run on the counter clock, on the clock_gettime fallback and without a daemon)
   tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10] [--shapes S ...]
       every workload shape (or those named) x policy, on an idle host and beside
-      one CPU hog per core
+      one CPU hog per core, judged by the acceptance's targets against the
+      row's alone figure (scenario.py --alone)
 
 1. Launch gate cost: gate_bench under libcushare.so, holding the lease (a
    lone burst tenant with cushared running): ns per cuLaunchKernel through
@@ -88,16 +89,19 @@ def run_scenario(build, name, window, shape="async", hogs=0, alone=None):
 
 
 def cell(name, res):
-    sh = res["shares"]
-    if not sh:
+    if not res["shares"]:
         return "error"
-    if name == "multi_process" and "t1_short" in sh:
-        vals = [sh["t1"], sh["t2"]]
-    else:
-        vals = [sh[k] for k in sorted(sh) if k != "device" and not k.startswith("t1_")]
-    busy = sh.get("device", 0)
-    text = " / ".join(f"{v:.1f}" for v in vals) + f" (dev {busy:.0f})"
-    return text + ("" if not res["failures"] else " **✗**")
+    texts = []  # one per GPU (shape twogpus: GPU 0 · GPU 1)
+    for gpu in range(2):
+        sh = scenario.one_gpu(res["shares"], gpu)
+        if "device" not in sh:
+            continue
+        if name == "multi_process" and "t1_short" in sh:
+            vals = [sh["t1"], sh["t2"]]
+        else:
+            vals = [sh[k] for k in sorted(sh) if k != "device" and not k.startswith("t1_")]
+        texts.append(" / ".join(f"{v:.1f}" for v in vals) + f" (dev {sh['device']:.0f})")
+    return " · ".join(texts) + ("" if not res["failures"] else " **✗**")
 
 
 def matrix(build, window, shapes=None):

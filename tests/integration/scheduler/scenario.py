@@ -82,16 +82,21 @@ SHAPES = {
     # after it) on a limits entry for any GPU ("*": cusharectl create
     # without --gpu), the others on the GPU's UUID.
     "anygpu": ([], None),
+    # A deep asynchronous queue on a node of two GPUs: every process of an
+    # allocation runs once on each (the second as NAME@1), and each GPU is
+    # judged on its own.
+    "twogpus": ([], None),
 }
+SECOND_GPU = "@1"  # suffix of the processes and figures of GPU 1 (twogpus)
 
 
 # The device's busy fraction a lone, unthrottled tenant of each shape
 # reaches on fakegpu (burst30, tests/bench/scheduler), less 2 points: with
 # several tenants the device must stay at least this busy.
 DEVICE_FLOOR = {"async": 95, "sync1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
-                "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95}
+                "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95, "twogpus": 95}
 # Shapes whose tenants have no gaps of their own: judged as the scenario says.
-GAPLESS = {"async", "anygpu"}
+GAPLESS = {"async", "anygpu", "twogpus"}
 
 
 def fair_shares(weights, demand):
@@ -180,6 +185,7 @@ class Env:
         self.quantum_ms = quantum_ms
         self.keep = keep
         self.shape = shape
+        self.gpus = 2 if shape == "twogpus" else 1
         self.alone = alone  # shaped_checks()
         self.hog_count = hogs
         self.hogs = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(hogs)]
@@ -213,7 +219,7 @@ class Env:
         # ground truth from NVML as deployed (the backstop, "*" placement).
         self.base_env.update({
             "FAKEGPU_STATE": self.state,
-            "FAKEGPU_DEVICES": "H100:80Gi:132",
+            "FAKEGPU_DEVICES": ";".join(["H100:80Gi:132"] * self.gpus),
             "LD_LIBRARY_PATH": os.path.join(self.build, "fakegpu"),
         })
         self.preload = os.environ.get("CUSHARE_PRELOAD") or os.path.join(self.build, "lib", "libcushare.so")
@@ -228,7 +234,15 @@ class Env:
         self.daemon.kill()
 
     def start_tenant(self, name, limit, mode, kernel_us, seconds, alloc=None):
-        """One spin_worker process `name` in allocation `alloc` (default: `name`)."""
+        """One spin_worker process `name` in allocation `alloc` (default:
+        `name`); on two GPUs, another one on GPU 1 (NAME@1)."""
+        p = self.start_process(name, limit, mode, kernel_us, seconds, alloc)
+        if self.gpus == 2:
+            self.start_process(name + SECOND_GPU, limit, mode, kernel_us, seconds, alloc or name,
+                               device=1)
+        return p
+
+    def start_process(self, name, limit, mode, kernel_us, seconds, alloc=None, device=0):
         folder = os.path.join(self.run_dir, "alloc", alloc or name)
         env = dict(self.base_env)
         env.update({
@@ -247,7 +261,7 @@ class Env:
         if shape_kernel and kernel_us == "1000":
             kernel_us = shape_kernel
         args = [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds)]
-        args += ["--kernel-us", kernel_us] + extra
+        args += ["--kernel-us", kernel_us, "--device", str(device)] + extra
         if "~" in kernel_us:  # durations drawn at random between the two
             args[-1] = kernel_us.replace("~", ",")
             args += ["--random", "--seed", str(len(self.tenants) + 1)]
@@ -289,9 +303,15 @@ class Env:
         return m.shares
 
     def judge(self, shares, checks):
-        # A cap holds to ± 3 points with CPU-bound processes beside (± 2 on an idle host).
-        return check(shares, checks, self.capped, SANITIZED_SLACK, self.peaks,
-                     cap_tol=3 if self.hog_count else 0)
+        """The failed checks, on each GPU (its figures under the names of GPU 0's)."""
+        failures = []
+        for gpu in range(self.gpus):
+            view, capped, peaks = (one_gpu(x, gpu) for x in (shares, self.capped, self.peaks))
+            # A cap holds to ± 3 points with CPU-bound processes beside (± 2 on an idle host).
+            found = check(view, checks, capped, SANITIZED_SLACK, peaks,
+                          cap_tol=3 if self.hog_count else 0)
+            failures += [f"GPU {gpu}: {f}" if self.gpus > 1 else f for f in found]
+        return failures
 
     def check_health(self):
         """Tenants that died on their own, a daemon that died, and sanitizer
@@ -313,26 +333,32 @@ class Env:
                 self.health.append(f"{os.path.basename(path)}: {report}")
 
     def stat(self):
+        """(when, [busy ns of each GPU], [{pid: busy ns} of each GPU])."""
         r = subprocess.run([os.path.join(self.build, "bin", "fakegpu-stat"), "--json"],
                            env=self.base_env, capture_output=True, text=True, check=True)
-        dev = json.loads(r.stdout)["devices"][0]
-        return time.monotonic(), dev["busy_ns"], {p["pid"]: p["busy_ns"] for p in dev["processes"]}
+        devs = json.loads(r.stdout)["devices"][:self.gpus]
+        return (time.monotonic(), [d["busy_ns"] for d in devs],
+                [{p["pid"]: p["busy_ns"] for p in d["processes"]} for d in devs])
 
     def shares(self, before, after):
         t0, d0, p0 = before
         t1, d1, p1 = after
         span = (t1 - t0) * 1e9
-        out = {"device": 100.0 * (d1 - d0) / span}
+        out = {}
+        for gpu in range(self.gpus):
+            out["device" + (SECOND_GPU if gpu else "")] = 100.0 * (d1[gpu] - d0[gpu]) / span
         for name, p in self.tenants.items():
-            out[name] = 100.0 * (p1.get(p.pid, 0) - p0.get(p.pid, 0)) / span
+            gpu = gpu_of(name)
+            out[name] = 100.0 * (p1[gpu].get(p.pid, 0) - p0[gpu].get(p.pid, 0)) / span
         return out
 
     def wait_ready(self, names, timeout=5.0):
         """Waits until every tenant has run some GPU time (its context exists)."""
+        names = [n + s for n in names for s in ([""] + [SECOND_GPU] * (self.gpus - 1))]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             _, _, procs = self.stat()
-            if all(procs.get(self.tenants[n].pid, 0) > 0 for n in names):
+            if all(procs[gpu_of(n)].get(self.tenants[n].pid, 0) > 0 for n in names):
                 return
             time.sleep(0.05)
         raise RuntimeError("tenants did not start: " + ", ".join(names))
@@ -353,6 +379,19 @@ class Env:
             self.daemon.stop(timeout=5)
         if not self.keep:
             subprocess.run(["rm", "-rf", self.tmp])
+
+
+def gpu_of(name):
+    return 1 if name.endswith(SECOND_GPU) else 0
+
+
+def one_gpu(figures, gpu):
+    """The figures (a dict or a set of names) of one GPU, under GPU 0's names."""
+    names = [n for n in figures if gpu_of(n) == gpu]
+    strip = (lambda n: n[:-len(SECOND_GPU)]) if gpu else (lambda n: n)
+    if isinstance(figures, dict):
+        return {strip(n): figures[n] for n in names}
+    return {strip(n) for n in names}
 
 
 def check(shares, checks, capped=frozenset(), slack=0, peaks=None, cap_tol=0):
@@ -440,7 +479,8 @@ def run_multi_process(env, window, warmup):
     env.wait_ready(["t1_short", "t1_long", "t2"])
     time.sleep(warmup)
     shares = env.measure(window)
-    shares["t1"] = shares["t1_short"] + shares["t1_long"]
+    for suffix in [""] + [SECOND_GPU] * (env.gpus - 1):
+        shares["t1" + suffix] = shares["t1_short" + suffix] + shares["t1_long" + suffix]
     checks = shaped_checks([("share", "t1", 25, 3), ("share", "t2", 75, 3)],
                            [("t1", 25, "burst"), ("t2", 75, "burst")], env.shape, env.alone)
     return shares, env.judge(shares, checks), checks
@@ -505,9 +545,11 @@ def run_kill_holder(env, window, warmup):
     if not holder:
         return {}, ["no tenant ever held the lease"], []
     other = "t2" if holder == "t1" else "t1"
-    env.killed.add(holder)
-    env.tenants[holder].send_signal(signal.SIGKILL)
-    env.tenants[holder].wait()
+    # The whole allocation: its process on GPU 1 too.
+    for name in [holder] + [holder + SECOND_GPU] * (env.gpus - 1):
+        env.killed.add(name)
+        env.tenants[name].send_signal(signal.SIGKILL)
+        env.tenants[name].wait()
     time.sleep(1.0)
     shares = env.measure(window)
     checks = shaped_checks([("min", other, 95)], [(other, 50, "burst")], env.shape, env.alone)

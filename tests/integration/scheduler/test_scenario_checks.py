@@ -92,6 +92,19 @@ class Checks(unittest.TestCase):
         self.assertEqual(len(scenario.check({"t1": 33.5, "device": 40}, [("share", "t1", 30, 2)],
                                             capped={"t1"}, cap_tol=3)), 1)
 
+    def test_on_two_gpus_each_is_judged_on_its_own(self):
+        shares = {"device": 99.0, "t1": 24.5, "t2": 74.5,
+                  "device@1": 99.0, "t1@1": 49.5, "t2@1": 49.5}
+        self.assertEqual(scenario.one_gpu(shares, 1), {"device": 99.0, "t1": 49.5, "t2": 49.5})
+        self.assertEqual(scenario.one_gpu({"t1", "t2@1"}, 0), {"t1"})
+        env = scenario.Env(os.path.dirname(__file__), 10, False, shape="twogpus")
+        try:
+            failed = env.judge(shares, [("share", "t1", 25, 2), ("share", "t2", 75, 2)])
+        finally:
+            env.close()
+        self.assertEqual(failed, ["GPU 1: t1: 49.5 % not within 25 +- 2",
+                                  "GPU 1: t2: 49.5 % not within 75 +- 2"])
+
 
 if __name__ == "__main__":
     unittest.main()

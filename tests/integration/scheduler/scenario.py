@@ -260,11 +260,13 @@ class Env:
         extra, shape_kernel = SHAPES[self.shape]
         if shape_kernel and kernel_us == "1000":
             kernel_us = shape_kernel
-        args = [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds)]
-        args += ["--kernel-us", kernel_us, "--device", str(device)] + extra
+        args = [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds),
+                "--device", str(device), "--kernel-us"]
         if "~" in kernel_us:  # durations drawn at random between the two
-            args[-1] = kernel_us.replace("~", ",")
-            args += ["--random", "--seed", str(len(self.tenants) + 1)]
+            args += [kernel_us.replace("~", ","), "--random", "--seed", str(len(self.tenants) + 1)]
+        else:
+            args.append(kernel_us)
+        args += extra
         p = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.tenants[name] = p
         if mode == "capped":

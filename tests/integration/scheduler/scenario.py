@@ -413,6 +413,8 @@ def check(shares, checks, capped=frozenset(), slack=0, peaks=None, cap_tol=0):
     for c in checks:
         if c[0] == "share":
             _, name, target, tol = c
+            if name in capped:
+                tol = max(tol, cap_tol)  # said as judged
             if outside(shares[name], target, tol, name):
                 seen = f"{shares[name]:.1f} %"
                 if peaks.get(name, shares[name]) > shares[name]:

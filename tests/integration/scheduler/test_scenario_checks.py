@@ -85,6 +85,9 @@ class Checks(unittest.TestCase):
         shares = {"t1": 27.5, "t2": 47.5, "device": 75.0}
         self.assertEqual(len(scenario.check(shares, shaped, capped={"t1", "t2"})), 2)
         self.assertEqual(scenario.check(shares, shaped, capped={"t1", "t2"}, cap_tol=3), [])
+        self.assertEqual(scenario.check({"t1": 26.5, "device": 30}, [("share", "t1", 30, 2)],
+                                        capped={"t1"}, cap_tol=3),
+                         ["t1: 26.5 % not within 30 +- 3"])
         # Only caps: a burst tenant's share keeps its tolerance.
         self.assertEqual(len(scenario.check({"t3": 27.5, "device": 90}, [("share", "t3", 30, 2)],
                                             cap_tol=3)), 1)

@@ -405,7 +405,6 @@ def check(shares, checks, capped=frozenset(), slack=0, peaks=None, cap_tol=0):
 
     def outside(value, target, tol, name=None):
         if name in capped:
-            tol = max(tol, cap_tol)
             return value < target - tol - slack or peaks.get(name, value) > target + tol
         return value < target - tol - slack or value > target + tol + slack
 

@@ -370,7 +370,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
     // estimate_queued_ns) but not raise it, or a sample inflated by those
     // delays makes the gate wait, the waits cut more such batches, and a
     // lone tenant ends up throttled by its own estimate.
-    const bool significant = launches >= kRecordEvery / 8 || now - began >= kRecordIntervalNs;
+    const bool significant = launches >= kSignificantBatch || now - began >= kRecordIntervalNs;
     if (old == 0 || significant || sample < old)
       per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
   }

@@ -23,8 +23,16 @@
 
 namespace cushare::shim::gate {
 
-inline constexpr std::uint32_t kRecordEvery = 256;           // launches per batch at most
+// A batch ends after kRecordIntervalNs of submissions; on hardware, where a
+// launch takes microseconds, that interval is always the limit. The count
+// only bounds drivers that launch in well under a microsecond, like fakegpu:
+// at 256 its batches came six times as often as on hardware, and the
+// poller's work per batch cost every launch ~16 ns (docs/benchmarks.md).
+inline constexpr std::uint32_t kRecordEvery = 4096;          // launches per batch at most
 inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per batch at most
+// A batch of fewer launches over less than kRecordIntervalNs is mostly
+// measurement error (GpuTracker::complete_front_locked).
+inline constexpr std::uint64_t kSignificantBatch = 32;
 
 struct Batch {
   CUevent event = nullptr;

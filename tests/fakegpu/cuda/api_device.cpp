@@ -8,6 +8,7 @@
 #include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/cuda/array_shape.hpp"
 #include "tests/fakegpu/cuda/driver.hpp"
+#include "tests/fakegpu/cuda/driver_thread.hpp"
 #include "tests/fakegpu/cuda/sm_limits.hpp"
 
 using namespace fakegpu;
@@ -229,6 +230,7 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
   d.init_error = CUDA_SUCCESS;
   make_primary_handles();
   pthread_atfork(nullptr, nullptr, [] { driver().forked = true; });
+  start_driver_thread();
   d.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }

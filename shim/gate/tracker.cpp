@@ -213,7 +213,7 @@ void GpuTracker::publish_expected_drain(std::uint64_t now, shm::GpuUsage& usage)
                                 std::memory_order_relaxed);
 }
 
-// Timing is enabled (batches are recorded once per 256 launches or 250 us,
+// Timing is enabled (batches are recorded once per 250 us of submissions,
 // so its cost is off the launch path): the last batch event of a spell marks
 // on the GPU's clock where an idle gap began.
 CUevent GpuTracker::take_event_locked() noexcept {

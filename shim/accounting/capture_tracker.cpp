@@ -13,6 +13,7 @@ constinit std::atomic<unsigned> g_active{0};
 // A capture the table had no room for: treat every stream as capturing
 // (safe: the gate then skips event injection) until it ends.
 constinit std::atomic<unsigned> g_overflow{0};
+constinit std::atomic<CaptureStatusQuery> g_query{nullptr};
 
 std::uintptr_t key_of(CUstream s) {
   // The legacy default stream cannot be captured; 0 marks free entries.
@@ -24,11 +25,22 @@ std::uintptr_t key_of(CUstream s) {
 bool stream_is_capturing(CUstream stream) noexcept {
   if (g_active.load(std::memory_order_acquire) == 0) [[likely]]
     return false;
+  if (const CaptureStatusQuery query = g_query.load(std::memory_order_acquire)) {
+    // An error (the legacy stream while another stream captures, an
+    // implicit-capture error) counts as capturing: the work submitted there
+    // fails or joins the capture, and must not be counted as queued.
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return query(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
   if (g_overflow.load(std::memory_order_relaxed)) return true;
   const auto key = key_of(stream);
   for (const auto& e : g_capturing)
     if (e.load(std::memory_order_relaxed) == key) return true;
   return false;
+}
+
+void set_capture_status_query(CaptureStatusQuery query) noexcept {
+  g_query.store(query, std::memory_order_release);
 }
 
 void capture_began(CUstream stream) noexcept {

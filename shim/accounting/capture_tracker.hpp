@@ -1,8 +1,12 @@
 // Which streams are being captured into a graph (cuStreamBeginCapture* ..
 // cuStreamEndCapture hooks), so that the launch gate and the accounting never
-// record events on, synchronise, or charge work queued into a capture.
-// Lock-free: a fixed set of atomic words; the common case (no capture in
-// progress anywhere in the process) is one relaxed load.
+// gate, count, record events on, synchronise, or charge work queued into a
+// capture. Lock-free: a fixed set of atomic words; the common case (no
+// capture in progress anywhere in the process) is one relaxed load.
+//
+// While a capture is under way the driver is asked about each stream
+// (set_capture_status_query): a stream also joins a capture by waiting on an
+// event recorded in a capturing stream, which no hook sees begin.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,11 @@
 namespace cushare::shim {
 
 bool stream_is_capturing(CUstream stream) noexcept;
+
+// The driver's cuStreamIsCapturing; without one, only the streams whose
+// capture began through the hooks count as capturing.
+using CaptureStatusQuery = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+void set_capture_status_query(CaptureStatusQuery query) noexcept;
 
 void capture_began(CUstream stream) noexcept;
 // Ends the capture; returns the bytes of stream-ordered allocations captured

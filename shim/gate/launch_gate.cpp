@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "shim/accounting/capture_tracker.hpp"
 #include "shim/gate/clock.hpp"
 #include "shim/gate/demand.hpp"
 #include "shim/gate/duty_cycle_table.hpp"
@@ -303,6 +304,12 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
     // failed: the hooks forward; quotas of a failed shim are refused elsewhere.
     return CUDA_SUCCESS;
   }
+  // Work captured into a graph runs when the graph is launched, and that
+  // launch passes the gate. The capture queues nothing on the GPU: never
+  // held, never counted (a count that no batch can complete would read as a
+  // queue that never drains, and hold every later launch).
+  if (stream_is_capturing(stream)) [[unlikely]]
+    return CUDA_SUCCESS;
   const unsigned gpu = gpu_of_launch(*st);
   if (gpu >= shm::kMaxGpus) return CUDA_SUCCESS;  // a device outside the allocation
   gate::GpuTracker& tr = gate::tracker(gpu);

@@ -589,6 +589,7 @@ CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int Flags)
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (e->captured) return capture_wait_event(s, e);  // a fork or a join of a capture
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return CUDA_SUCCESS;  // ordering inside a graph is sequential
   if (e->ticket == 0 || e->ctx == s->ctx) return CUDA_SUCCESS;  // same context: already ordered

@@ -3,6 +3,7 @@
 // graph's kernels never overlap each other).
 #include <algorithm>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "tests/fakegpu/cuda/driver.hpp"
@@ -114,9 +115,23 @@ CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
-  *phGraph = reinterpret_cast<CUgraph>(s->graph);
-  s->graph = nullptr;
+  if (s->capture_origin) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;  // only the origin ends it
+  // Every joined stream's captured work must lead into the origin.
+  bool unjoined = false;
+  for (Stream* j : s->capture_joined) {
+    if (j->capture_joined_ops < j->capture_ops) unjoined = true;
+    j->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    j->graph = nullptr;
+    j->capture_origin = nullptr;
+  }
+  s->capture_joined.clear();
   s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  Graph* g = std::exchange(s->graph, nullptr);
+  if (unjoined) {
+    *phGraph = nullptr;  // the capture is invalidated; its graph is gone
+    return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  }
+  *phGraph = reinterpret_cast<CUgraph>(g);
   return CUDA_SUCCESS;
 }
 
@@ -238,6 +253,7 @@ CUresult graph_upload(CUgraphExec hGraphExec, CUstream hStream) {
 namespace fakegpu {
 
 CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
+  ++s->capture_ops;
   add_node(s->graph, CU_GRAPH_NODE_TYPE_KERNEL, duration_ns);
   return CUDA_SUCCESS;
 }
@@ -266,6 +282,7 @@ CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
   g->peak_bytes += granules;
   g->unfreed_bytes += granules;
   add_node(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0);
+  ++s->capture_ops;
   *out = base;
   return CUDA_SUCCESS;
 }
@@ -279,6 +296,7 @@ CUresult capture_free(Stream* s, uint64_t ptr) {
     g->allocs.erase(it);
   }
   add_node(g, CU_GRAPH_NODE_TYPE_MEM_FREE, 0);
+  ++s->capture_ops;
   return CUDA_SUCCESS;
 }
 
@@ -289,8 +307,38 @@ void graph_memory_freed(int device, uint64_t bytes) {
 }
 
 CUresult capture_event_record(Stream* s, Event* e) {
-  (void)s;
   e->captured = true;  // querying an event recorded during capture is illegal
+  e->capture_stream = s;
+  e->capture_ops = s->capture_ops;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+Stream* origin_of(Stream* s) {
+  return s->capture_origin ? s->capture_origin : s;
+}
+}  // namespace
+
+CUresult capture_wait_event(Stream* s, Event* e) {
+  Stream* src = e->capture_stream.load();
+  if (src == nullptr || src->capture == CU_STREAM_CAPTURE_STATUS_NONE)
+    return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;  // its capture has ended
+  Stream* origin = origin_of(src);
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+    // The fork: s joins the capture.
+    s->capture = origin->capture;
+    s->capture_mode = origin->capture_mode;
+    s->capture_id = origin->capture_id;
+    s->graph = origin->graph;
+    s->capture_origin = origin;
+    s->capture_ops = s->capture_joined_ops = 0;
+    origin->capture_joined.push_back(s);
+    return CUDA_SUCCESS;
+  }
+  if (origin_of(s) != origin) return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+  // A join: s now depends on src's work up to the record.
+  if (src != s)
+    src->capture_joined_ops = std::max<uint64_t>(src->capture_joined_ops, e->capture_ops);
   return CUDA_SUCCESS;
 }
 

@@ -51,6 +51,15 @@ struct Stream {
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   Graph* graph = nullptr;
   uint64_t capture_id = 0;
+  // A stream joins another's capture by waiting on an event recorded in it
+  // (the fork of a fork/join capture): it records into the origin's graph,
+  // and the origin's end ends its capture too. The origin must have waited
+  // on all of its captured work by then (the join), or the end fails with
+  // CUDA_ERROR_STREAM_CAPTURE_UNJOINED.
+  Stream* capture_origin = nullptr;     // on a joined stream
+  std::vector<Stream*> capture_joined;  // on the origin
+  uint64_t capture_ops = 0;             // operations captured on this stream
+  uint64_t capture_joined_ops = 0;      // of them, those a stream of the capture waited on
 };
 
 struct Context {
@@ -76,6 +85,9 @@ struct Event {
   std::atomic<uint64_t> ticket{0};  // record number of the latest cuEventRecord, 0 = never recorded
   std::atomic<uint64_t> next_ticket{0};
   std::atomic<bool> captured{false};
+  // Recorded during a capture: where, and after how many captured operations there.
+  std::atomic<Stream*> capture_stream{nullptr};
+  std::atomic<uint64_t> capture_ops{0};
 };
 
 struct Module;
@@ -267,6 +279,8 @@ void trim_pools_after_sync();
 // Capture: records a kernel of `duration_ns` into the stream's graph.
 CUresult capture_kernel(Stream* s, uint64_t duration_ns);
 CUresult capture_event_record(Stream* s, Event* e);
+// cuStreamWaitEvent on an event recorded during a capture.
+CUresult capture_wait_event(Stream* s, Event* e);
 // Graph memory: stream-ordered allocation under capture becomes an alloc node
 // (address assigned now, memory from the device's graph pool at launch).
 CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out);

@@ -258,6 +258,62 @@ TEST_F(Api, GraphsCaptureAndReplayKernels) {
   cuStreamDestroy(s);
 }
 
+TEST_F(Api, StreamsJoinACaptureThroughItsEventsAndMustBeJoinedBack) {
+  CUstream origin, forked, other;
+  ASSERT_EQ(cuStreamCreate(&origin, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&forked, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent fork, join;
+  for (CUevent* e : {&fork, &join}) ASSERT_EQ(cuEventCreate(e, 0), CUDA_SUCCESS);
+  auto status_of = [](CUstream s) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    EXPECT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
+    return status;
+  };
+  auto node_count = [](CUgraph g) {
+    size_t n = 0;
+    EXPECT_EQ(cuGraphGetNodes(g, nullptr, &n), CUDA_SUCCESS);
+    return n;
+  };
+  for (bool join_back : {false, true}) {
+    SCOPED_TRACE(join_back ? "joined back" : "not joined back");
+    ASSERT_EQ(cuStreamBeginCapture(origin, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    ASSERT_EQ(launch_spin(1'000, origin), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventRecord(fork, origin), CUDA_SUCCESS);
+    EXPECT_EQ(status_of(forked), CU_STREAM_CAPTURE_STATUS_NONE);
+    ASSERT_EQ(cuStreamWaitEvent(forked, fork, 0), CUDA_SUCCESS);  // the fork: it joins
+    EXPECT_EQ(status_of(forked), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    ASSERT_EQ(launch_spin(1'000, forked), CUDA_SUCCESS);
+    ASSERT_EQ(launch_spin(1'000, forked), CUDA_SUCCESS);
+    // Only the origin ends a capture.
+    CUgraph wrong = nullptr;
+    EXPECT_EQ(cuStreamEndCapture(forked, &wrong), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    // Two independent captures cannot merge.
+    ASSERT_EQ(cuStreamBeginCapture(other, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamWaitEvent(other, fork, 0), CUDA_ERROR_STREAM_CAPTURE_MERGE);
+    CUgraph other_graph = nullptr;
+    ASSERT_EQ(cuStreamEndCapture(other, &other_graph), CUDA_SUCCESS);
+    cuGraphDestroy(other_graph);
+    if (join_back) {
+      ASSERT_EQ(cuEventRecord(join, forked), CUDA_SUCCESS);
+      ASSERT_EQ(cuStreamWaitEvent(origin, join, 0), CUDA_SUCCESS);
+    }
+    CUgraph graph = nullptr;
+    if (join_back) {
+      ASSERT_EQ(cuStreamEndCapture(origin, &graph), CUDA_SUCCESS);
+      EXPECT_EQ(node_count(graph), 3u);  // the forked stream's kernels are the origin's graph's
+      cuGraphDestroy(graph);
+    } else {
+      EXPECT_EQ(cuStreamEndCapture(origin, &graph), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+      EXPECT_EQ(graph, nullptr);
+    }
+    EXPECT_EQ(status_of(origin), CU_STREAM_CAPTURE_STATUS_NONE);
+    EXPECT_EQ(status_of(forked), CU_STREAM_CAPTURE_STATUS_NONE);  // its end ends the fork's too
+  }
+  for (CUevent e : {fork, join}) cuEventDestroy(e);
+  for (CUstream s : {origin, forked, other}) cuStreamDestroy(s);
+}
+
 TEST_F(Api, GraphMemoryComesFromTheDeviceGraphPool) {
   size_t free0, total;
   ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);

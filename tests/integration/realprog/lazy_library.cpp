@@ -1,7 +1,7 @@
 // realprog.lazy_library: what a CUDA 13 runtime program does around its
 // first kernel launch, on an nvcc-built fatbin (kernels.cu).
 //   - the primary context the runtime's way (current before its retain);
-//   - device buffers, then the quota: one allocation of the whole quota on
+//   - device buffers, then the program.quota: one allocation of the whole program.quota on
 //     top of them is refused with CUDA_ERROR_OUT_OF_MEMORY;
 //   - the fatbin loaded lazily with cuLibraryLoadData at the first launch,
 //     the kernel taken with cuLibraryGetKernel and its CUkernel passed as the
@@ -15,11 +15,8 @@
 using namespace realprog;
 
 int main(int argc, char** argv) {
-  const std::size_t quota = quota_arg(argc, argv, 1);
-  const std::vector<char> fatbin = read_file(argv[2]);
-  const Runtime rt;
-  const CUdevice dev = rt.init();
-  rt.start(dev);
+  const OneImageProgram program(argc, argv);
+  const Runtime& rt = program.rt;
 
   constexpr int n = 1 << 16;
   constexpr std::size_t bytes = n * sizeof(float);
@@ -33,14 +30,14 @@ int main(int argc, char** argv) {
   RP_OK(rt.MemAlloc(&db, bytes));
   RP_OK(rt.MemAlloc(&dc, bytes));
   CUdeviceptr over = 0;
-  RP_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, rt.MemAlloc(&over, quota));
+  RP_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, rt.MemAlloc(&over, program.quota));
   RP_OK(rt.MemcpyHtoD(da, a.data(), bytes));
   RP_OK(rt.MemcpyHtoD(db, b.data(), bytes));
   RP_OK(rt.MemcpyHtoD(dc, a.data(), bytes));
 
   // The first launch: the runtime loads the program's fatbin now.
   CUlibrary lib = nullptr;
-  RP_OK(rt.LibraryLoadData(&lib, fatbin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  RP_OK(rt.LibraryLoadData(&lib, program.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUkernel kernel = nullptr;
   RP_OK(rt.LibraryGetKernel(&kernel, lib, "vec_add"));
   RP_EXPECT(CUDA_ERROR_NOT_FOUND, rt.LibraryGetKernel(&kernel, lib, "no_such_kernel"));
@@ -86,6 +83,6 @@ int main(int argc, char** argv) {
   RP_OK(rt.StreamDestroy(stream));
   RP_OK(rt.LibraryUnload(lib));
   for (CUdeviceptr p : {da, db, dc}) RP_OK(rt.MemFree(p));
-  RP_OK(rt.DevicePrimaryCtxRelease(dev));
+  RP_OK(rt.DevicePrimaryCtxRelease(program.dev));
   return report();
 }

@@ -51,37 +51,33 @@ void work(const Runtime& rt, CUlibrary lib, std::size_t quota) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::size_t quota = quota_arg(argc, argv, 1);
-  const std::vector<char> fatbin = read_file(argv[2]);
-  const Runtime rt;
-  const CUdevice dev = rt.init();
-  const CUcontext handle = rt.start(dev);
+  const OneImageProgram program(argc, argv);
+  const Runtime& rt = program.rt;
 
   // The runtime's lazy load at the first launch; the library is the process's.
-  CUlibrary lib = nullptr;
-  RP_OK(rt.LibraryLoadData(&lib, fatbin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  work(rt, lib, quota);
+  const CUlibrary lib = program.load_library();
+  work(rt, lib, program.quota);
 
   // cudaDeviceReset, with the allocation still live.
-  RP_OK(rt.DevicePrimaryCtxReset(dev));
+  RP_OK(rt.DevicePrimaryCtxReset(program.dev));
   unsigned flags = 0;
   int active = 1;
-  RP_OK(rt.DevicePrimaryCtxGetState(dev, &flags, &active));
+  RP_OK(rt.DevicePrimaryCtxGetState(program.dev, &flags, &active));
   check(active == 0, "the primary context is still active after its reset");
   CUcontext current = nullptr;
   RP_OK(rt.CtxGetCurrent(&current));
-  check(current == handle, "the reset changed the current context");
+  check(current == program.ctx, "the reset changed the current context");
 
-  // The runtime's next call: the same handle, current again, retained again.
-  RP_OK(rt.CtxSetCurrent(handle));
+  // The runtime's next call: the same program.ctx, current again, retained again.
+  RP_OK(rt.CtxSetCurrent(program.ctx));
   CUcontext again = nullptr;
-  RP_OK(rt.DevicePrimaryCtxRetain(&again, dev));
-  check(again == handle, "the retain after the reset returned a new handle");
-  RP_OK(rt.DevicePrimaryCtxGetState(dev, &flags, &active));
+  RP_OK(rt.DevicePrimaryCtxRetain(&again, program.dev));
+  check(again == program.ctx, "the retain after the reset returned a new handle");
+  RP_OK(rt.DevicePrimaryCtxGetState(program.dev, &flags, &active));
   check(active == 1, "the primary context is inactive after its retain");
-  work(rt, lib, quota);
+  work(rt, lib, program.quota);
 
   RP_OK(rt.LibraryUnload(lib));
-  RP_OK(rt.DevicePrimaryCtxRelease(dev));
+  RP_OK(rt.DevicePrimaryCtxRelease(program.dev));
   return report();
 }

@@ -98,6 +98,20 @@ struct Runtime {
   RP_ENTRY(LibraryGetGlobal, 12000);
   RP_ENTRY(LibraryUnload, 12000);
   RP_ENTRY(LaunchKernel, 4000);
+  RP_ENTRY(StreamBeginCapture, 10010);
+  RP_ENTRY(StreamEndCapture, 10000);
+  RP_ENTRY(StreamIsCapturing, 10000);
+  RP_ENTRY(StreamWaitEvent, 3020);
+  RP_ENTRY(EventCreate, 2000);
+  RP_ENTRY(EventRecord, 2000);
+  RP_ENTRY(EventDestroy, 4000);
+  RP_ENTRY(GraphInstantiateWithFlags, 11040);
+  RP_ENTRY(GraphLaunch, 10000);
+  RP_ENTRY(GraphExecDestroy, 10000);
+  RP_ENTRY(GraphDestroy, 10000);
+  RP_ENTRY(DeviceGraphMemTrim, 11040);
+  RP_ENTRY(MemAllocAsync, 11020);
+  RP_ENTRY(MemFreeAsync, 11020);
   RP_ENTRY(LaunchKernelEx, 11060);
   RP_ENTRY(ModuleLoadData, 2000);
   RP_ENTRY(ModuleGetFunction, 2000);
@@ -172,6 +186,28 @@ inline std::size_t quota_arg(int argc, char** argv, int images) {
   }
   return std::strtoull(argv[1], nullptr, 10);
 }
+
+// What a program of one image starts with: its arguments (the quota in
+// bytes, the image), the entry points, device 0 and its primary context
+// current and retained (the runtime's order).
+struct OneImageProgram {
+  std::size_t quota;
+  std::vector<char> image;
+  Runtime rt;
+  CUdevice dev;
+  CUcontext ctx;
+  OneImageProgram(int argc, char** argv)
+      : quota(quota_arg(argc, argv, 1)),
+        image(read_file(argv[2])),
+        dev(rt.init()),
+        ctx(rt.start(dev)) {}
+  // The image as the runtime loads it: a library of the process.
+  CUlibrary load_library() const {
+    CUlibrary lib = nullptr;
+    RP_OK(rt.LibraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    return lib;
+  }
+};
 
 // The program's last line: what the harness compares with the gate's counters.
 inline int report() {

@@ -38,6 +38,7 @@ CASES = {
     "primary_reset": (["kernels.fatbin"], QUOTA // 2),
     "vmm_vector_add": (["kernels.fatbin"], 3 * 4 * MI),
     "jit_link": (["link_main.ptx", "link_lib.ptx"], 2 * 16 * 1024),
+    "graph_capture": (["kernels.fatbin"], 16 * MI),
 }
 
 

@@ -109,6 +109,30 @@ TEST(CaptureTracker, OverflowTreatsEveryStreamAsCapturing) {
   EXPECT_FALSE(stream_is_capturing(reinterpret_cast<CUstream>(16)));
 }
 
+TEST(CaptureTracker, AsksTheDriverWhileACaptureIsUnderWay) {
+  // The driver's view: 0x3000 joined a capture by waiting on a captured
+  // event (no hook saw it begin); 0x4000 is an ordinary stream.
+  set_capture_status_query([](CUstream s, CUstreamCaptureStatus* status) {
+    *status = s == reinterpret_cast<CUstream>(0x3000) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                      : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+  });
+  auto* origin = reinterpret_cast<CUstream>(0x1000);
+  auto* joined = reinterpret_cast<CUstream>(0x3000);
+  auto* other = reinterpret_cast<CUstream>(0x4000);
+  EXPECT_FALSE(stream_is_capturing(joined));  // no capture under way: the driver is not asked
+  capture_began(origin);
+  EXPECT_TRUE(stream_is_capturing(joined));
+  EXPECT_FALSE(stream_is_capturing(other));
+  // An error (the legacy stream while another stream captures) counts as capturing.
+  set_capture_status_query(
+      [](CUstream, CUstreamCaptureStatus*) { return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; });
+  EXPECT_TRUE(stream_is_capturing(nullptr));
+  capture_ended(origin);
+  EXPECT_FALSE(stream_is_capturing(nullptr));
+  set_capture_status_query(nullptr);
+}
+
 TEST(DutyCyclePlan, SlotsOfOneGpuLieEndToEndInIdOrderStretchedOverTheUnclaimedPart) {
   const std::vector<DutyClaim> live{{"a", "GPU-1", 30}, {"b", "GPU-1", 50}, {"c", "GPU-2", 40}};
   // Caps of 30 and 50 leave 20 % unclaimed: slots of 37.5 % and 62.5 %.

@@ -5,7 +5,7 @@ Ratios are judged on hardware only: on fakegpu every figure is CPU time of a
 simulator, and no verdict may rest on CPU timing there."""
 
 from .. import shares
-from ..procs import Deadline
+from ..procs import Deadline, TimeUp, WorkerFailed
 from ..report import CheckResult
 from ..suite_context import Suite
 from .common import MAX_LAUNCH_RATIO, MAX_STEP_RATIO
@@ -33,6 +33,40 @@ def _mlp_once(suite: Suite, d: Deadline, node: str, shim: bool, i: int) -> float
     got = w.wait_event("done", d, 120)
     w.stop()
     return got["ms_per_step"]
+
+
+def _mlp_profile(suite: Suite, d: Deadline, node: str, shim: bool):
+    """The per-call host times of one profiled run (torch_mlp.py --profile)."""
+    env = suite.tenant_env(suite.alloc_dir(node, "mlp-profile") if shim else None, memory="8Gi",
+                           shim=shim)
+    w = suite.py_worker(f"mlp-profile-{'shim' if shim else 'plain'}", "torch", "torch_mlp.py",
+                        ["--seconds", "1", "--profile"], env)
+    got = w.wait_event("profile", d, 120)
+    w.stop()
+    return got["calls"]
+
+
+def _profile_where_time_goes(suite: Suite, r: CheckResult, d: Deadline, node: str) -> None:
+    """After a missed step ratio on hardware: which CUDA calls got slower under
+    the shim (informational; the verdict stays the ratio's)."""
+    try:
+        plain = {c["name"]: c for c in _mlp_profile(suite, d, node, False)}
+        shim = _mlp_profile(suite, d, node, True)
+    except (WorkerFailed, TimeUp) as e:
+        r.measure("MLP step: the calls that grew most under the shim", "informational", None,
+                  None, note=f"no profile: {e}")
+        return
+    r.details["MLP profile"] = {"without_shim": list(plain.values()), "with_shim": shim}
+    grew = []
+    for c in shim:
+        p = plain.get(c["name"])
+        if p:
+            grew.append((c["count"] * (c["mean_us"] - p["mean_us"]), c, p))
+    grew.sort(key=lambda g: -g[0])
+    note = "; ".join(f"{c['name']} x{c['count']}: {p['mean_us']:.2f} -> {c['mean_us']:.2f} us"
+                     for _, c, p in grew[:4])
+    r.measure("MLP step: the calls that grew most under the shim (50 steps)", "informational",
+              note or "no call in both profiles", None)
 
 
 def _judge(r: CheckResult, suite: Suite, label: str, plain, shim, limit: float, unit: str):
@@ -68,5 +102,8 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
             plain.append(_mlp_once(suite, d, node, False, i))
             shim.append(_mlp_once(suite, d, node, True, i))
         _judge(r, suite, "MLP training step", plain, shim, MAX_STEP_RATIO, "ms/step")
+        ratio = shares.ratio(shares.median(shim), shares.median(plain))
+        if not suite.simulated and ratio is not None and ratio > MAX_STEP_RATIO:
+            _profile_where_time_goes(suite, r, d, node)
     finally:
         daemon.stop(grace=0.5)

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <array>
+#include <cstdlib>
 
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/driver/real_driver.hpp"
@@ -18,10 +19,18 @@ std::atomic<detail::Trackers*> detail::g_trackers{nullptr};
 
 // Never destroyed: poller threads may still be running while the process
 // runs its exit handlers.
+namespace {
+void publish_unrecorded_launches_at_exit() {
+  if (detail::Trackers* t = detail::g_trackers.load(std::memory_order_acquire))
+    for (auto& tracker : *t) tracker.publish_unrecorded_launches();
+}
+}  // namespace
+
 detail::Trackers& detail::create_trackers() noexcept {
   static auto* t = [] {
     auto* made = new Trackers();
     for (unsigned g = 0; g < made->size(); ++g) (*made)[g].bind_gpu(g);
+    std::atexit(publish_unrecorded_launches_at_exit);
     return made;
   }();
   g_trackers.store(t, std::memory_order_release);
@@ -65,6 +74,7 @@ void GpuTracker::reset_after_fork() noexcept {
   tail_first_ns_.store(0);
   recorded_count_.store(0);
   published_launches_ = 0;
+  usage_.store(nullptr);
   tail_last_ns_.store(0);
   tail_stream_.store(nullptr);
   since_record_.store(0);
@@ -171,14 +181,14 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   if (first == 0) first = now;
   const RealDriver& r = real();
   if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&ctx_);
-  CUevent ev = take_event_locked();
-  if (!ev) return;
-  if (r.cuEventRecord(ev, stream) != CUDA_SUCCESS) {
-    // Not reused: an event the driver refused (e.g. one of another context)
-    // would be refused again and again.
-    r.cuEventDestroy_v2(ev);
-    return;
+  if (usage) {
+    // The launches count whether or not the record below succeeds: a tail
+    // left unrecorded at the process's exit would lose them otherwise.
+    usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
+    published_launches_ = end;
   }
+  CUevent ev = record_event_locked(stream);
+  if (!ev) return;
   batches_.push_back({.event = ev,
                       .end_count = end,
                       .first_submit_ns = first,
@@ -188,13 +198,9 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     oldest_batch_ns_.store(first, std::memory_order_release);
   }
   recorded_count_.store(end, std::memory_order_release);
-  if (usage) {
-    // Per-batch publication for the daemon and metrics: launches so far, and
-    // when the work submitted so far should be done (see GpuUsage).
-    usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
-    published_launches_ = end;
-    publish_expected_drain(now, *usage);
-  }
+  // Per-batch publication for the daemon and metrics: when the work
+  // submitted so far should be done (see GpuUsage).
+  if (usage) publish_expected_drain(now, *usage);
   // A launch racing this record keeps its own tail mark (the CAS fails);
   // either way the counts, not this mark, decide what is pending.
   std::uint64_t expected = tail_first;
@@ -216,6 +222,25 @@ void GpuTracker::publish_expected_drain(std::uint64_t now, shm::GpuUsage& usage)
 // Timing is enabled (batches are recorded once per 250 us of submissions,
 // so its cost is off the launch path): the last batch event of a spell marks
 // on the GPU's clock where an idle gap began.
+// A pooled event the driver refuses belongs to a context that is gone (a
+// primary context reset, a destroyed context), and so do the rest of the
+// pool: all are destroyed, and one fresh event is tried.
+CUevent GpuTracker::record_event_locked(CUstream stream) noexcept {
+  const RealDriver& r = real();
+  const bool pooled = !free_events_.empty();
+  CUevent ev = take_event_locked();
+  if (!ev) return nullptr;
+  if (r.cuEventRecord(ev, stream) == CUDA_SUCCESS) return ev;
+  r.cuEventDestroy_v2(ev);
+  if (!pooled) return nullptr;
+  for (CUevent stale : free_events_) r.cuEventDestroy_v2(stale);
+  free_events_.clear();
+  ev = take_event_locked();
+  if (ev && r.cuEventRecord(ev, stream) == CUDA_SUCCESS) return ev;
+  if (ev) r.cuEventDestroy_v2(ev);
+  return nullptr;
+}
+
 CUevent GpuTracker::take_event_locked() noexcept {
   CUevent ev = nullptr;
   if (!free_events_.empty()) {
@@ -244,10 +269,9 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
     release_locked(from);
     return;
   }
-  CUevent to = take_event_locked();
-  if (!to || real().cuEventRecord(to, stream) != CUDA_SUCCESS) {
+  CUevent to = record_event_locked(stream);
+  if (!to) {
     release_locked(from);
-    if (to) release_locked(to);
     return;
   }
   // A lease is charged from its first launch (resumed_ns): a gap that began
@@ -309,10 +333,29 @@ void GpuTracker::ensure_poller(shm::GpuUsage& usage) noexcept {
   if (poller_started_.load(std::memory_order_acquire)) return;
   bool expected = false;
   if (!poller_started_.compare_exchange_strong(expected, true)) return;
+  usage_.store(&usage, std::memory_order_release);
   try {
     std::thread([this, u = &usage] { poll_loop(u); }).detach();
   } catch (...) {
     poller_started_.store(false);
+  }
+}
+
+void GpuTracker::publish_unrecorded_launches() noexcept {
+  shm::GpuUsage* usage = usage_.load(std::memory_order_acquire);
+  if (!usage) return;
+  // Other threads still run during exit; one of them may hold the lock for
+  // a moment, none for long.
+  std::unique_lock lock(mu_, std::defer_lock);
+  for (int i = 0; i < 100 && !lock.try_lock(); ++i) {
+    timespec ts{.tv_sec = 0, .tv_nsec = 100'000};
+    nanosleep(&ts, nullptr);
+  }
+  if (!lock.owns_lock()) return;
+  const std::uint64_t end = submitted_count();
+  if (end > published_launches_) {
+    usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
+    published_launches_ = end;
   }
 }
 

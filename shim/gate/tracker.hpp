@@ -65,6 +65,9 @@ class GpuTracker {
          .window = window_.load(std::memory_order_relaxed)},
         now, horizon_ns);
   }
+  // At exit: launches of a tail never recorded (no synchronisation since)
+  // are added to usage.launches.
+  void publish_unrecorded_launches() noexcept;
   // Publishes when the work submitted so far should be done (GpuUsage::expected_drain_ns).
   void publish_expected_drain(std::uint64_t now, shm::GpuUsage& usage) const noexcept;
   std::uint64_t pending_launches() const noexcept {
@@ -171,6 +174,8 @@ class GpuTracker {
   bool settle_idle_locked() noexcept;
   void settle_gap_locked(shm::GpuUsage& usage) noexcept;
   CUevent take_event_locked() noexcept;
+  // An event recorded on `stream` (from the pool, else new), or null.
+  CUevent record_event_locked(CUstream stream) noexcept;
   // Back to the free list unless one of the roles below still holds it.
   void release_locked(CUevent ev) noexcept;
   std::uint64_t completed_at_locked(CUevent ev, std::uint64_t seen_ns,
@@ -181,8 +186,9 @@ class GpuTracker {
   std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
   std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
   std::atomic<std::uint64_t> window_{kBootstrapPending};  // slow start (gate/estimate.hpp)
-  std::uint64_t published_launches_ = 0;  // under mu_: launches added to usage.launches
-  std::uint64_t last_completion_ns_ = 0;  // under mu_
+  std::uint64_t published_launches_ = 0;        // under mu_: launches added to usage.launches
+  std::atomic<shm::GpuUsage*> usage_{nullptr};  // the poller's, once it started
+  std::uint64_t last_completion_ns_ = 0;        // under mu_
   std::atomic<std::uint64_t> last_completion_atomic_{0};  // same, for the fast path
   std::atomic<std::uint64_t> oldest_batch_ns_{0};   // first submit of the oldest recorded batch
   std::atomic<std::uint64_t> oldest_batch_end_{0};  // its end_count

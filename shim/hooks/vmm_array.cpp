@@ -9,8 +9,8 @@
 //    their release and mappings pass through; a retained handle is one more
 //    reference to an allocation that is already charged. An exported one
 //    stays charged until the process exits.
-//  - Arrays reserve an estimate from the descriptor, then settle on the
-//    driver's own figure (cuArrayGetMemoryRequirements /
+//  - Arrays reserve an estimate from the descriptor (its texel bytes on
+//    whole 2 MiB pages), then settle on the driver's own figure (cuArrayGetMemoryRequirements /
 //    cuMipmappedArrayGetMemoryRequirements).
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/memory_accounting.hpp"
@@ -21,7 +21,12 @@
 namespace cushare::shim {
 namespace {
 
-constexpr std::uint64_t kArrayRounding = 64 * 1024;
+// The estimate must not be below what the array takes, or the device holds
+// more than the quota between the creation and the settle (the settle then
+// refuses, but too late). Arrays live in opaque tiled layouts on whole 2 MiB
+// pages: the texel bytes rounded up to a page. A layout padded further still
+// (a narrow array's tiles) is over for that moment: the known gap.
+constexpr std::uint64_t kArrayRounding = 2ull << 20;
 
 std::uint64_t element_bytes(CUarray_format f) {
   switch (f) {

@@ -186,6 +186,29 @@ def case_granularity(b):
               f"{s.peak / MI:.1f} MiB on 768 MiB")
 
 
+def case_array_at_the_edge(b):
+    """1 MiB arrays until refused, with an odd MiB of the quota left at the
+    end: an array takes whole 2 MiB pages of the device (fakegpu, as the
+    driver), so the last one must be refused before it is made, and the
+    device never holds more than the quota (fakegpu's own high-water mark,
+    not a sample)."""
+    with ct.Node(b, overhead="301Mi") as node:
+        # A context of 301 MiB leaves 723 MiB: 361 arrays of 2 MiB, then 1 MiB
+        # (alloc_probe counts each array's 1 MiB of texels).
+        alloc = Standalone(node, "1Gi", overhead="301Mi")
+        node.reset_peak()
+        rc, out, err = alloc.run([b.sample("alloc_probe"), "--api", "array", "--step", "1Mi"])
+        r = ct.last_json(out)
+        check(r is not None and r["result"] == "CUDA_ERROR_OUT_OF_MEMORY",
+              f"alloc_probe --api array: {out} {err}")
+        peak = node.device()["memory_used_peak"]
+        check(peak <= GI, f"the device peaked at {peak} bytes, over the 1 GiB quota: {r}")
+        arrays = r["bytes"] // MI
+        check(arrays >= 350, f"arrays stopped early: {arrays} of 1 MiB")
+        print(f"  {arrays} arrays of 1 MiB (2 MiB pages each) in 1 GiB; device peak "
+              f"{peak / MI:.1f} MiB")
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

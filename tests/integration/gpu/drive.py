@@ -20,7 +20,7 @@ import time
 
 STATUSES = {"pass", "fail", "skip", "error"}
 FRAMEWORK_CHECKS = {"1": "torch", "2a": "torch", "2b": "torch", "2c": "cupy", "2d": "jax",
-                    "2f": "triton"}
+                    "2f": "triton", "9": "torch"}
 
 
 class Failure(Exception):
@@ -252,7 +252,7 @@ def scenario_budget(args):
         print(f"ok: {statuses} in {secs:.1f} s")
 
 
-ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "5", "6", "7", "8"]
+ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "5", "6", "7", "8", "9"]
 
 
 def main():
@@ -267,7 +267,7 @@ def main():
     args = p.parse_args()
     try:
         if args.scenario == "memory":
-            scenario_checks(args, ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4"],
+            scenario_checks(args, ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "9"],
                             must_pass=["2e", "3b", "4"], may_skip=["3"])
         # The verdicts of the daemon-driven checks belong to the scheduler and
         # the shim (their own ctests judge them on fakegpu); here the suite's

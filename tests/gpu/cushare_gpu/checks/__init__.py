@@ -4,7 +4,7 @@ the function run(suite, result, deadline)."""
 
 from collections import namedtuple
 
-from . import graphs, memory, overhead, robustness, smi, timeshare
+from . import graphs, lookups, memory, overhead, robustness, smi, timeshare
 
 Check = namedtuple("Check", "id title budget_s needs_daemon run")
 
@@ -24,6 +24,8 @@ CHECKS = [
     Check("6", "overhead: empty-kernel launch and MLP training step", 130, True, overhead.run),
     Check("7", "CUDA graphs: memory counted, launches gated", 60, False, graphs.run),
     Check("8", "robustness: kill -9 a tenant mid-run", 60, True, robustness.run),
+    Check("9", "the CUDA runtime's driver lookups (PyTorch, traced by the shim)", 100, False,
+          lookups.run),
 ]
 
 

@@ -9,7 +9,6 @@ namespace {
 constexpr unsigned kMaxCaptures = 256;
 constinit std::atomic<std::uintptr_t> g_capturing[kMaxCaptures] = {};
 constinit std::atomic<std::uint64_t> g_captured_bytes[kMaxCaptures] = {};
-constinit std::atomic<unsigned> g_active{0};
 // A capture the table had no room for: treat every stream as capturing
 // (safe: the gate then skips event injection) until it ends.
 constinit std::atomic<unsigned> g_overflow{0};
@@ -22,9 +21,9 @@ std::uintptr_t key_of(CUstream s) {
 
 }  // namespace
 
-bool stream_is_capturing(CUstream stream) noexcept {
-  if (g_active.load(std::memory_order_acquire) == 0) [[likely]]
-    return false;
+constinit std::atomic<unsigned> detail::g_captures_active{0};
+
+bool detail::stream_is_capturing_now(CUstream stream) noexcept {
   if (const CaptureStatusQuery query = g_query.load(std::memory_order_acquire)) {
     // An error (the legacy stream while another stream captures, an
     // implicit-capture error) counts as capturing: the work submitted there
@@ -46,7 +45,7 @@ void set_capture_status_query(CaptureStatusQuery query) noexcept {
 void capture_began(CUstream stream) noexcept {
   const auto key = key_of(stream);
   if (!key) return;
-  g_active.fetch_add(1, std::memory_order_acq_rel);
+  detail::g_captures_active.fetch_add(1, std::memory_order_acq_rel);
   for (auto& e : g_capturing) {
     std::uintptr_t expected = 0;
     if (e.compare_exchange_strong(expected, key, std::memory_order_acq_rel)) return;
@@ -72,7 +71,7 @@ std::uint64_t capture_ended(CUstream stream) noexcept {
     if (g_capturing[i].load(std::memory_order_acquire) != key) continue;
     const std::uint64_t bytes = g_captured_bytes[i].exchange(0, std::memory_order_acq_rel);
     if (g_capturing[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
-      g_active.fetch_sub(1, std::memory_order_acq_rel);
+      detail::g_captures_active.fetch_sub(1, std::memory_order_acq_rel);
       return bytes;
     }
   }
@@ -80,7 +79,7 @@ std::uint64_t capture_ended(CUstream stream) noexcept {
   unsigned o = g_overflow.load(std::memory_order_relaxed);
   while (o && !g_overflow.compare_exchange_weak(o, o - 1, std::memory_order_acq_rel)) {
   }
-  if (o) g_active.fetch_sub(1, std::memory_order_acq_rel);
+  if (o) detail::g_captures_active.fetch_sub(1, std::memory_order_acq_rel);
   return 0;
 }
 

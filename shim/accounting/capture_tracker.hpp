@@ -9,13 +9,25 @@
 // event recorded in a capturing stream, which no hook sees begin.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "shim/driver/cuda_api.hpp"
 
 namespace cushare::shim {
 
-bool stream_is_capturing(CUstream stream) noexcept;
+namespace detail {
+// Captures under way in the process (inline below: the launch gate's fast
+// path reads it on every launch).
+extern constinit std::atomic<unsigned> g_captures_active;
+bool stream_is_capturing_now(CUstream stream) noexcept;
+}  // namespace detail
+
+[[gnu::always_inline]] inline bool stream_is_capturing(CUstream stream) noexcept {
+  if (detail::g_captures_active.load(std::memory_order_acquire) == 0) [[likely]]
+    return false;
+  return detail::stream_is_capturing_now(stream);
+}
 
 // The driver's cuStreamIsCapturing; without one, only the streams whose
 // capture began through the hooks count as capturing.

@@ -21,7 +21,7 @@ CHECKS = [
     Check("3b", "NVML memory view under the shim", 30, False, smi.nvml_view),
     Check("4", "two processes of one allocation share one quota", 45, False, memory.shared_quota),
     Check("5", "time-sharing: burst 1:3 and capped 30/50", 150, True, timeshare.run),
-    Check("6", "overhead: empty-kernel launch and MLP training step", 130, True, overhead.run),
+    Check("6", "overhead: empty-kernel launch and MLP training step", 150, True, overhead.run),
     Check("7", "CUDA graphs: memory counted, launches gated", 60, False, graphs.run),
     Check("8", "robustness: kill -9 a tenant mid-run", 60, True, robustness.run),
     Check("9", "the CUDA runtime's driver lookups (PyTorch, traced by the shim)", 100, False,

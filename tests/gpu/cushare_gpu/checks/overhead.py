@@ -46,10 +46,25 @@ def _mlp_profile(suite: Suite, d: Deadline, node: str, shim: bool):
     return got["calls"]
 
 
+def _mlp_variant(suite: Suite, d: Deadline, name: str, extra) -> float:
+    """ms/step of the MLP under the shim in a standalone allocation (no daemon),
+    with `extra` in its environment."""
+    env = suite.tenant_env(suite.new_dir("standalone", f"mlp-{name}"), memory="8Gi", extra=extra)
+    w = suite.py_worker(f"mlp-{name}", "torch", "torch_mlp.py", ["--seconds", "3"], env)
+    got = w.wait_event("done", d, 120)
+    w.stop()
+    return got["ms_per_step"]
+
+
 def _profile_where_time_goes(suite: Suite, r: CheckResult, d: Deadline, node: str) -> None:
-    """After a missed step ratio on hardware: which CUDA calls got slower under
-    the shim (informational; the verdict stays the ratio's)."""
+    """After a missed step ratio on hardware: the step with the interposer alone
+    (CUSHARE_DISABLE=1 in a standalone allocation) and with the whole shim
+    without a daemon, then which CUDA calls got slower under the shim
+    (informational; the verdict stays the ratio's)."""
     try:
+        for name, extra in (("interposer-only", {"CUSHARE_DISABLE": "1"}), ("standalone", None)):
+            r.measure(f"MLP step, shim {name} (no daemon)", "informational",
+                      round(_mlp_variant(suite, d, name, extra), 4), None, unit="ms")
         plain = {c["name"]: c for c in _mlp_profile(suite, d, node, False)}
         shim = _mlp_profile(suite, d, node, True)
     except (WorkerFailed, TimeUp) as e:

@@ -188,7 +188,8 @@ void Daemon::sync_tenants(std::uint64_t now) {
         .expected_drain_ns = gu.expected_drain_ns.load(std::memory_order_acquire),
         .busy_processes = gu.busy_processes.load(std::memory_order_acquire),
         .resumed_ns = gu.resumed_ns.load(std::memory_order_acquire),
-        .idle_ns = gu.idle_ns.load(std::memory_order_acquire)};
+        .idle_ns = gu.idle_ns.load(std::memory_order_acquire),
+        .per_launch_ns = std::uint64_t{gu.per_launch_us.load(std::memory_order_relaxed)} * 1000};
     const TenantPolicy policy = policy_of(shm::read_gpu_limits(a.limits.region(), ref.gpu));
     if (!sched.has_tenant(id) || !same_policy(policy, ref.policy)) {
       const bool first = !sched.has_tenant(id);

@@ -335,23 +335,40 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
     if (due < now + config_.min_cut_lease_ns || due >= end) continue;
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(due)) continue;
     const double holder_then = h.vtime + static_cast<double>(due - now) / w;
-    if (t.vtime + margin < holder_then) end = due;
+    if (t.vtime + margin < holder_then) {
+      // The holder's gate lets a launch start until the expiry and the GPU
+      // runs it to its end: cut at the return itself, the tenant waited for
+      // the holder's last kernel at about every other return.
+      const std::uint64_t lead = std::min(h.signals.per_launch_ns / 2, due - now);
+      end = std::max(due - lead, now + config_.min_cut_lease_ns);
+    }
   }
   return end;
 }
 
 std::uint64_t LeaseScheduler::hold_for_return(TenantId next, std::uint64_t now) const {
   const Tenant& n = tenants_.at(next);
-  if (n.overrun_ns < config_.hold_overrun_ns) return 0;
+  const bool long_kernels = n.overrun_ns >= config_.hold_overrun_ns;
   const double w = weight_of(n.policy);
   const double margin = static_cast<double>(lease_length_ns()) / w;
   std::uint64_t until = 0;
   for (const auto& [id, t] : tenants_) {
     if (id == next || t.removed || t.was_candidate || t.gap_ns == 0 || t.left_at_ns == 0) continue;
-    const std::uint64_t away_until =
+    std::uint64_t away_until =
         std::min(t.left_at_ns + 2 * t.gap_ns, t.left_at_ns + config_.level_after_ns);
-    if (now >= away_until) continue;  // not back when expected: the GPU goes on
     const std::uint64_t due = t.left_at_ns + t.gap_ns;
+    if (!long_kernels) {
+      // Short kernels: held only for a tenant away for host work that is
+      // due back too soon for a cut lease (lease_end: at least min_cut_lease
+      // long, ending half a launch of `next`'s before the return) or a
+      // little late, for at most return_slack past its return. Granted a
+      // lease that cannot end in time, `next` queued work the returning
+      // tenant waited for.
+      const std::uint64_t lead = n.signals.per_launch_ns / 2;
+      if (t.gap_ns < config_.away_long_ns || due >= now + config_.min_cut_lease_ns + lead) continue;
+      away_until = std::min(away_until, due + config_.return_slack_ns);
+    }
+    if (now >= away_until) continue;  // not back when expected: the GPU goes on
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(std::max(due, now)))
       continue;
     // As in lease_end(): it would preempt `next` on its return.
@@ -370,14 +387,22 @@ bool LeaseScheduler::contended(const Tenant& t, std::uint64_t now) const {
   });
 }
 
-bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
+std::optional<std::uint64_t> LeaseScheduler::idle_since(const Tenant& t) const {
   const TenantSignals& s = t.signals;
-  if (s.waiting > 0 || !s.drained_past(s.last_submit_ns)) return false;
+  if (s.waiting > 0 || !s.drained_past(s.last_submit_ns)) return std::nullopt;
   const std::uint64_t lease_start = records_.empty() ? 0 : records_.back().start_ns;
-  const std::uint64_t last_activity = std::max({s.last_submit_ns, s.drained_ns, lease_start});
-  return now >= last_activity + (contended(t, now) ? std::min(config_.contended_idle_grace_ns,
-                                                              config_.idle_grace_ns)
-                                                   : config_.idle_grace_ns);
+  return std::max({s.last_submit_ns, s.drained_ns, lease_start});
+}
+
+std::uint64_t LeaseScheduler::idle_grace(const Tenant& t, std::uint64_t now) const {
+  if (!contended(t, now)) return config_.idle_grace_ns;
+  const std::uint64_t grace = std::min(config_.contended_idle_grace_ns, config_.idle_grace_ns);
+  return t.gap_ns >= config_.away_long_ns ? std::min(grace, config_.away_idle_grace_ns) : grace;
+}
+
+bool LeaseScheduler::holder_idle(const Tenant& t, std::uint64_t now) const {
+  const std::optional<std::uint64_t> since = idle_since(t);
+  return since && now >= *since + idle_grace(t, now);
 }
 
 // When the holder counts as starved (starved_grace_ns) unless it renews its
@@ -672,10 +697,36 @@ std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
       next = std::min(next, expiry_ns_ - config_.extend_margin_ns);
     }
     next = std::min(next, std::max(now, expiry_ns_));
-    if (const auto starved = starved_deadline(tenants_.at(*holder_)); starved && *starved > now)
+    const Tenant& h = tenants_.at(*holder_);
+    if (const auto starved = starved_deadline(h); starved && *starved > now)
       next = std::min(next, *starved);
+    if (h.gap_ns >= config_.away_long_ns && contended(h, now)) {
+      // A holder that goes away for a while once drained: its lease goes
+      // back at the end of its grace, and its drain is looked for from
+      // when it expects it (for at most away_long_ns).
+      if (const auto since = idle_since(h)) {
+        next = std::min(next, std::max(now, *since + idle_grace(h, now)));
+      } else if (const std::uint64_t drain = h.signals.expected_drain_ns;
+                 h.signals.waiting == 0 && drain != 0 && now < drain + config_.away_long_ns) {
+        next = std::min(next, std::max(drain, now + config_.drain_poll_ns));
+      }
+    }
   }
   for (const auto& [id, t] : tenants_) {
+    // A tenant away for host work between steps (away_long_ns or more, as
+    // a rule) is looked for from when it is expected back, so its return
+    // does not wait for the next demand poll.
+    if (holder_ != id && !t.removed && !t.was_candidate && t.left_at_ns != 0 &&
+        t.gap_ns >= config_.away_long_ns) {
+      // From a quarter of its gap before: a return seen only from `due` on
+      // would never shorten the gap it is expected by, only lengthen it.
+      const std::uint64_t from = t.left_at_ns + t.gap_ns - t.gap_ns / 4;
+      if (now < from) {
+        next = std::min(next, from);
+      } else if (now < t.left_at_ns + t.gap_ns + config_.away_long_ns) {
+        next = std::min(next, now + config_.drain_poll_ns);
+      }
+    }
     if (t.policy.mode == Mode::kCapped && t.signals.waiting > 0 &&
         t.cap_clock > static_cast<double>(now)) {
       next = std::min(next, static_cast<std::uint64_t>(t.cap_clock) + 1);

@@ -112,7 +112,12 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // bit in ProcessSlot::demand_gpus, so a reclaimer takes a killed waiter's
   // demand back).
   std::atomic<std::uint32_t> demand;
-  std::uint32_t unused0;                      // free (the daemon polls demand on its ticks)
+  // Launch gate: the GPU time of one launch, on average (microseconds,
+  // rounded up; 0 = not measured yet). A lease cut short for a tenant due
+  // back ends half a launch of the holder's before the return. Written by
+  // the tenant: a wrong figure moves only its own cut leases' ends, within
+  // the cut (once 0, shims that predate it leave it there).
+  std::atomic<std::uint32_t> per_launch_us;
   std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission
   std::atomic<std::uint64_t> drained_ns;      // all work submitted up to this time has completed
   std::atomic<std::uint64_t> launches;
@@ -221,6 +226,7 @@ static_assert(offsetof(ProcessSlot, bytes) == 40);
 static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
+static_assert(offsetof(GpuUsage, per_launch_us) == 12);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
 static_assert(offsetof(GpuUsage, resumed_ns) == 104);
 static_assert(offsetof(GpuUsage, context_overhead_seen) == 112);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <limits>
 
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/driver/real_driver.hpp"
@@ -414,8 +415,13 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
     // delays makes the gate wait, the waits cut more such batches, and a
     // lone tenant ends up throttled by its own estimate.
     const bool significant = launches >= kSignificantBatch || now - began >= kRecordIntervalNs;
-    if (old == 0 || significant || sample < old)
-      per_launch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
+    if (old == 0 || significant || sample < old) {
+      const std::uint64_t per = old == 0 ? sample : (old * 7 + sample) / 8;
+      per_launch_ns_.store(per, std::memory_order_relaxed);
+      usage.per_launch_us.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                    (per + 999) / 1000, std::numeric_limits<std::uint32_t>::max())),
+                                std::memory_order_relaxed);
+    }
   }
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);

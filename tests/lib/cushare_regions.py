@@ -121,7 +121,7 @@ LIMITS_REGION = Struct("LimitsRegion", [
 GPU_USAGE = Struct("GpuUsage", [
     ("used_bytes", "Q"),
     ("demand", "I"),
-    ("unused0", "I"),
+    ("per_launch_us", "I"),
     ("last_submit_ns", "Q"),
     ("drained_ns", "Q"),
     ("launches", "Q"),

@@ -83,7 +83,7 @@ int main() {
   begin("GpuUsage", sizeof(GpuUsage));
   FIELD(GpuUsage, used_bytes);
   FIELD(GpuUsage, demand);
-  FIELD(GpuUsage, unused0);
+  FIELD(GpuUsage, per_launch_us);
   FIELD(GpuUsage, last_submit_ns);
   FIELD(GpuUsage, drained_ns);
   FIELD(GpuUsage, launches);

@@ -29,6 +29,12 @@ struct SimTenant {
   // would end inside the lease, so it drains by an expiry on time and
   // overruns only a lease cut short.
   bool queue_in_lease = false;
+  // Like the real gate with kernels of this length (queue_in_lease,
+  // overrun_ns = kernel_ns): a kernel starts every kernel_ns from its first
+  // launch while the start is before the expiry, and the GPU runs the last
+  // one to its end, past the expiry by anything up to a kernel.
+  std::uint64_t kernel_ns = 0;
+  bool publishes_per_launch = true;  // its gate publishes kernel_ns as per_launch_ns
   // Its threads lose the CPU for stall_ns of every stall_period_ns (a
   // hypervisor's steal, CPU-bound neighbours): meanwhile it submits nothing.
   std::uint64_t stall_period_ns = 0;
@@ -54,11 +60,14 @@ class Sim {
       for (auto& [id, t] : tenants) {
         const bool holds = sched.holder() == id && now < lease_expiry;
         TenantSignals& s = t.signals;
-        const bool queue_fits = !t.queue_in_lease || now + t.overrun_ns < lease_expiry;
+        const std::uint64_t submit = kernel_start(t);
+        const bool queue_fits =
+            !t.queue_in_lease || (t.kernel_ns ? submit : now + t.overrun_ns) < lease_expiry;
         if (holds && t.busy && now >= t.granted_at + t.wake_ns && queue_fits && !off_cpu(t)) {
           s.waiting = 0;
-          s.last_submit_ns = now;
-          s.expected_drain_ns = now + t.overrun_ns;
+          s.last_submit_ns = submit;
+          s.expected_drain_ns = submit + t.overrun_ns;
+          if (t.publishes_per_launch) s.per_launch_ns = t.kernel_ns;
           if (t.publishes_resume && s.resumed_ns < t.granted_at)
             s.resumed_ns = t.granted_at + t.wake_ns;  // when the simulated GPU starts it
           s.idle_ns += static_cast<std::uint64_t>(static_cast<double>(dt) * (1.0 - t.duty));
@@ -107,6 +116,13 @@ class Sim {
     }
   }
 
+  // When the kernel running now started (kernel_ns), else now.
+  std::uint64_t kernel_start(const SimTenant& t) const {
+    if (t.kernel_ns == 0) return now;
+    const std::uint64_t first = t.granted_at + t.wake_ns;
+    return now < first ? now : now - (now - first) % t.kernel_ns;
+  }
+
   bool off_cpu(const SimTenant& t) const {
     return t.stall_period_ns != 0 && (now - kT0) % t.stall_period_ns < t.stall_ns;
   }
@@ -146,7 +162,7 @@ TenantSignals grant_lone(LeaseScheduler& sched, const TenantPolicy& policy, std:
 
 // Tenant 2 works until it has had 4 ms of GPU time, then pauses 2 ms of host
 // work, 400 times; returns the shares of tenants 1 and 2 after the first 40.
-std::pair<double, double> host_gap_steps(Sim& sim) {
+std::pair<double, double> host_gap_steps(Sim& sim, std::uint64_t host_gap_ns = 2 * kMs) {
   std::map<TenantId, std::uint64_t> before;
   std::uint64_t window = 0;
   for (int step = 0; step < 400; ++step) {
@@ -159,7 +175,7 @@ std::pair<double, double> host_gap_steps(Sim& sim) {
     const std::uint64_t t0 = sim.now;
     while (sim.tenants[2].gpu_ns < start + 4 * kMs && sim.now < t0 + 50 * kMs) sim.run(100 * kUs);
     sim.tenants[2].busy = false;
-    sim.run(2 * kMs);
+    sim.run(host_gap_ns);
     window += sim.now - t0;
   }
   return {sim.share(1, before[1], window), sim.share(2, before[2], window)};
@@ -750,6 +766,89 @@ TEST(LeaseScheduler, ATenantBackFromAShortGapFindsTheGpuFree) {
   auto after = measure(sim, 5 * kMs, 200 * kMs);
   EXPECT_GE(after[1], 98.0);
   EXPECT_LE(sim.sched.stats(1).grants, grants + 2);
+}
+
+TEST(LeaseScheduler, ACutLeaseEndsHalfALaunchBeforeTheReturn) {
+  // As above, but the holder runs 1 ms kernels and the other's host work
+  // takes 2.5 ms: the holder's gate starts a kernel up to the expiry and the
+  // GPU runs it to its end. With the lease cut at the return itself, the
+  // returning tenant waited for that kernel at every return.
+  std::map<bool, std::pair<double, double>> got;
+  for (const bool published : {false, true}) {
+    Sim sim;
+    sim.add(1, burst(1),
+            {.overrun_ns = kMs,
+             .queue_in_lease = true,
+             .kernel_ns = kMs,
+             .publishes_per_launch = published});
+    sim.add(2, burst(3));  // syncs before its host work: nothing queued then
+    got[published] = host_gap_steps(sim, 2500 * kUs);
+  }
+  // Without the figure: 41.4 / 57.1; with it: 30.8 / 61.5.
+  EXPECT_LT(got[false].second, 58.0);
+  EXPECT_GT(got[true].second, 61.0);  // its demand, 4 / 6.5
+  EXPECT_GT(got[true].first + got[true].second, 90.0);
+}
+
+TEST(LeaseScheduler, ATenantDueBackTooSoonForACutLeaseIsWaitedFor) {
+  // The same two tenants. Once the holder's cut lease has ended, the
+  // weight-3 tenant is due back in less than a cut lease: the holder, still
+  // wanting the GPU, is not granted a lease that could not end in time (its
+  // kernel would run into the return); the GPU waits, at most
+  // return_slack past the due time.
+  Sim sim;
+  sim.add(1, burst(1), {.overrun_ns = kMs, .queue_in_lease = true, .kernel_ns = kMs});
+  sim.add(2, burst(3));
+  host_gap_steps(sim, 2500 * kUs);  // learns the weight-3 tenant's gaps
+  SimTenant& back = sim.tenants[2];
+  const std::uint64_t start = back.gpu_ns;
+  back.busy = true;
+  while (back.gpu_ns < start + 4 * kMs && sim.now < kT0 + 10'000 * kMs) sim.run(100 * kUs);
+  back.busy = false;  // and does not come back this time
+  const std::uint64_t left = sim.now;
+  while (sim.sched.holder() != 1u && sim.now < left + 2 * kMs) sim.run(100 * kUs);
+  ASSERT_EQ(sim.sched.holder(), 1u);
+  const std::uint64_t cut_end = sim.lease_expiry;
+  ASSERT_LT(cut_end, left + 2500 * kUs);  // cut before the return
+  while (sim.now <= cut_end) sim.run(100 * kUs);
+  // Between the cut lease's end and the due time (plus the slack) nobody
+  // holds the GPU; afterwards the holder gets it back.
+  sim.run(500 * kUs);
+  EXPECT_FALSE(sim.sched.holder().has_value());
+  const std::uint64_t given_up = left + 2500 * kUs + SchedulerConfig{}.return_slack_ns;
+  while (sim.now < given_up + 500 * kUs) sim.run(100 * kUs);
+  EXPECT_EQ(sim.sched.holder(), 1u);
+}
+
+TEST(LeaseScheduler, AHolderThatGoesAwayBetweenStepsGivesTheLeaseBackSoon) {
+  // A holder whose gaps are host work (2 ms here, at least away_long) gives
+  // the lease back away_idle_grace after its drain while another tenant
+  // waits, and the daemon is asked to step then; a holder whose gaps are
+  // sync bubbles keeps the contended grace (0.3 ms).
+  for (const bool away : {true, false}) {
+    Sim sim;
+    sim.add(1, burst(1));
+    sim.add(2, burst(3));
+    host_gap_steps(sim, away ? 2 * kMs : 200 * kUs);
+    SimTenant& t2 = sim.tenants[2];
+    t2.busy = true;
+    while (sim.sched.holder() != 2u && sim.now < kT0 + 10'000 * kMs) sim.run(10 * kUs, 10 * kUs);
+    sim.run(kMs, 10 * kUs);
+    t2.busy = false;
+    while (t2.signals.drained_ns < t2.signals.last_submit_ns) sim.run(10 * kUs, 10 * kUs);
+    const std::uint64_t drained = t2.signals.drained_ns;
+    const LeaseDecision d = sim.sched.step(sim.now);
+    if (away) {
+      EXPECT_LE(d.next_step_ns, drained + SchedulerConfig{}.away_idle_grace_ns);
+    }
+    while (sim.sched.holder() == 2u) sim.run(10 * kUs, 10 * kUs);
+    const std::uint64_t released_after = sim.now - drained;
+    if (away) {
+      EXPECT_LE(released_after, 100 * kUs);
+    } else {
+      EXPECT_GE(released_after, SchedulerConfig{}.contended_idle_grace_ns);
+    }
+  }
 }
 
 TEST(LeaseScheduler, ALeaseWhoseWorkDrainedBeforeItsEndIsChargedUpToTheDrain) {

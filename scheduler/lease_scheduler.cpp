@@ -339,11 +339,18 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
       // The holder's gate lets a launch start until the expiry and the GPU
       // runs it to its end: cut at the return itself, the tenant waited for
       // the holder's last kernel at about every other return.
-      const std::uint64_t lead = std::min(h.signals.per_launch_ns / 2, due - now);
+      const std::uint64_t lead = std::min(cut_lead(h), due - now);
       end = std::max(due - lead, now + config_.min_cut_lease_ns);
     }
   }
   return end;
+}
+
+// Half a launch of the holder's (its gate's figure, which the tenant writes:
+// bounded, so a forged one moves its cut leases and its holds by at most
+// min_cut_lease).
+std::uint64_t LeaseScheduler::cut_lead(const Tenant& holder) const {
+  return std::min(holder.signals.per_launch_ns / 2, config_.min_cut_lease_ns);
 }
 
 std::uint64_t LeaseScheduler::hold_for_return(TenantId next, std::uint64_t now) const {
@@ -364,7 +371,7 @@ std::uint64_t LeaseScheduler::hold_for_return(TenantId next, std::uint64_t now) 
       // little late, for at most return_slack past its return. Granted a
       // lease that cannot end in time, `next` queued work the returning
       // tenant waited for.
-      const std::uint64_t lead = n.signals.per_launch_ns / 2;
+      const std::uint64_t lead = cut_lead(n);
       if (t.gap_ns < config_.away_long_ns || due >= now + config_.min_cut_lease_ns + lead) continue;
       away_until = std::min(away_until, due + config_.return_slack_ns);
     }

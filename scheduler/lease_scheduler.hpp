@@ -322,6 +322,8 @@ class LeaseScheduler {
   void extend_or_cut(Tenant& h, std::uint64_t now);
   bool preempted(std::uint64_t now) const;
   std::uint64_t lease_end(TenantId holder, std::uint64_t now) const;
+  // How long before a returning tenant's due time a lease cut for it ends.
+  std::uint64_t cut_lead(const Tenant& holder) const;
   // Until when the GPU waits for a returning tenant instead of going to
   // `next` (hold_overrun_ns); 0: it does not.
   std::uint64_t hold_for_return(TenantId next, std::uint64_t now) const;

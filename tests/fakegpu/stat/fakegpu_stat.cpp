@@ -13,6 +13,7 @@
 #include "tests/fakegpu/core/engine.hpp"
 #include "tests/fakegpu/core/pid_view.hpp"
 #include "tests/fakegpu/core/state_file.hpp"
+#include "tests/fakegpu/stat/timeline_edges.hpp"
 
 using namespace fakegpu;
 
@@ -74,27 +75,40 @@ void print_text(const nlohmann::json& j) {
 // Samples device 0 every `period_ns` for `seconds` and prints a line each
 // time what it runs changes: CLOCK_MONOTONIC ns and the running process's PID
 // (-1: idle). For finding where a schedule leaves the device idle (compare
-// with cushared's lease log); sampling takes the state lock, so keep the
-// period well above a launch's cost.
+// with cushared's lease log). The changes are dated by the engine's busy
+// counters, not by when the sample was taken (timeline_edges.hpp), so a
+// sampler a loaded host keeps waiting still places them right; sampling
+// takes the state lock, so keep the period well above a launch's cost.
 void timeline(StateFile& file, double seconds, uint64_t period_ns) {
   uint64_t end = 0;
-  int last = -2;
-  for (;;) {
-    uint64_t now;
-    int pid = -1;
+  TimelineSample prev;
+  std::vector<int32_t> pids(kMaxProcs, -1);
+  for (bool first = true;; first = false) {
+    TimelineSample cur;
+    cur.busy.resize(kMaxProcs);
     {
       StateLock lock(file);
       SharedState& s = lock.state();
-      now = lock.now();
-      if (end == 0) end = now + static_cast<uint64_t>(seconds * 1e9);
-      advance_device(s, 0, now);
+      cur.now_ns = lock.now();
+      if (end == 0) end = cur.now_ns + static_cast<uint64_t>(seconds * 1e9);
+      advance_device(s, 0, cur.now_ns);
       const int32_t c = s.devices[0].running;
-      if (c >= 0) pid = s.procs[s.contexts[c].proc].pid;
+      if (c >= 0) cur.running = s.contexts[c].proc;
+      for (uint32_t p = 0; p < kMaxProcs; ++p) {
+        cur.busy[p] = s.procs[p].busy[0];
+        if (s.procs[p].state != SlotState::free) pids[p] = s.procs[p].pid;
+      }
     }
-    if (pid != last) std::printf("%llu %d\n", static_cast<unsigned long long>(now), pid);
-    last = pid;
-    if (now >= end) break;
-    sleep_until_ns(now + period_ns);
+    auto pid_of = [&](int32_t slot) { return slot < 0 ? -1 : pids[static_cast<size_t>(slot)]; };
+    if (first) {
+      std::printf("%llu %d\n", static_cast<unsigned long long>(cur.now_ns), pid_of(cur.running));
+    } else {
+      for (const TimelineEdge& e : timeline_edges(prev, cur))
+        std::printf("%llu %d\n", static_cast<unsigned long long>(e.at_ns), pid_of(e.running));
+    }
+    prev = std::move(cur);
+    if (prev.now_ns >= end) break;
+    sleep_until_ns(prev.now_ns + period_ns);
   }
 }
 

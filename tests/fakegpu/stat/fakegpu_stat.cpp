@@ -94,9 +94,17 @@ void timeline(StateFile& file, double seconds, uint64_t period_ns) {
       advance_device(s, 0, cur.now_ns);
       const int32_t c = s.devices[0].running;
       if (c >= 0) cur.running = s.contexts[c].proc;
-      for (uint32_t p = 0; p < kMaxProcs; ++p) {
-        cur.busy[p] = s.procs[p].busy[0];
-        if (s.procs[p].state != SlotState::free) pids[p] = s.procs[p].pid;
+      // Only the processes with a context on the device (a few), not every
+      // slot (megabytes under the lock every launch takes). One that exited
+      // between two samples is not shown.
+      const DeviceSlot& dev = s.devices[0];
+      for (uint32_t i = 0; i < dev.ctx_count && i < kMaxContexts; ++i) {
+        const int32_t ctx = dev.ctx_list[i];
+        if (ctx < 0 || ctx >= static_cast<int32_t>(kMaxContexts)) continue;
+        const int32_t p = s.contexts[ctx].proc;
+        if (p < 0 || p >= static_cast<int32_t>(kMaxProcs)) continue;
+        cur.busy[static_cast<size_t>(p)] = s.procs[p].busy[0];
+        pids[static_cast<size_t>(p)] = s.procs[p].pid;
       }
     }
     auto pid_of = [&](int32_t slot) { return slot < 0 ? -1 : pids[static_cast<size_t>(slot)]; };

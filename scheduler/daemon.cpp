@@ -232,7 +232,9 @@ void Daemon::publish_lease(const std::string& uuid, const LeaseDecision& d) {
   if (d.holder && d.changed) {
     if (shm::GpuLimits* g = words(*d.holder)) {
       g->lease_holder.store(1, std::memory_order_relaxed);
-      g->lease_expiry_ns.store(d.expiry_ns, std::memory_order_release);
+      const std::uint64_t word =
+          d.cut ? d.expiry_ns | shm::kLeaseCutBit : d.expiry_ns & ~shm::kLeaseCutBit;
+      g->lease_expiry_ns.store(word, std::memory_order_release);
       g->lease_futex.fetch_add(1, std::memory_order_release);
       shm::futex_wake_all(g->lease_futex);
     }

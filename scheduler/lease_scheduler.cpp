@@ -327,11 +327,25 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
   const Tenant& h = tenants_.at(holder);
   const double w = weight_of(h.policy);
   const double margin = static_cast<double>(lease_length_ns()) / w;
+  const bool long_kernels =
+      h.long_kernels_ns != 0 && now < h.long_kernels_ns + config_.long_kernels_window_ns;
   for (const auto& [id, t] : tenants_) {
     if (id == holder || t.removed || t.was_candidate || t.gap_ns == 0 || t.left_at_ns == 0)
       continue;
     if (now > t.left_at_ns + config_.level_after_ns) continue;  // away longer than a short gap
     const std::uint64_t due = t.left_at_ns + t.gap_ns;
+    if (long_kernels && due < now + config_.min_cut_lease_ns &&
+        now < std::min(t.left_at_ns + 2 * t.gap_ns, t.left_at_ns + config_.level_after_ns) &&
+        !(t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) &&
+        t.vtime + margin < h.vtime) {
+      // Due back now or a little late, and the holder has run long kernels:
+      // a whole lease would let one start just before the return (the GPU
+      // runs it to its end). Cut leases keep them waiting
+      // (shm::kLeaseCutBit) for as long as hold_for_return would wait, and
+      // let its short ones run.
+      end = std::min(end, now + config_.min_cut_lease_ns);
+      continue;
+    }
     if (due < now + config_.min_cut_lease_ns || due >= end) continue;
     if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(due)) continue;
     const double holder_then = h.vtime + static_cast<double>(due - now) / w;
@@ -355,7 +369,9 @@ std::uint64_t LeaseScheduler::cut_lead(const Tenant& holder) const {
 
 std::uint64_t LeaseScheduler::hold_for_return(TenantId next, std::uint64_t now) const {
   const Tenant& n = tenants_.at(next);
-  const bool long_kernels = n.overrun_ns >= config_.hold_overrun_ns;
+  const bool short_kernels =
+      n.short_kernels_ns != 0 && now < n.short_kernels_ns + config_.short_kernels_window_ns;
+  const bool long_kernels = n.overrun_ns >= config_.hold_overrun_ns && !short_kernels;
   const double w = weight_of(n.policy);
   const double margin = static_cast<double>(lease_length_ns()) / w;
   std::uint64_t until = 0;
@@ -628,6 +644,11 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
     } else if (!wants && t.was_candidate) {
       t.left_at_ns = now;
     }
+    if (t.signals.per_launch_ns != 0 && t.signals.per_launch_ns <= config_.short_kernel_ns)
+      t.short_kernels_ns = now;
+    if (t.signals.per_launch_ns >= config_.hold_overrun_ns ||
+        t.overrun_ns >= config_.hold_overrun_ns)
+      t.long_kernels_ns = now;
     if (wants) {
       const bool was_idle =
           t.last_demand_ns == 0 || now > t.last_demand_ns + config_.level_after_ns;
@@ -683,12 +704,14 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 
   d.holder = holder_;
   d.expiry_ns = expiry_ns_;
-  d.changed = holder_ != before || expiry_ns_ != expiry_before;
+  d.cut = holder_.has_value() && expiry_cut_;
+  d.changed = holder_ != before || expiry_ns_ != expiry_before || d.cut != published_cut_;
   if (before && before != holder_) d.revoked = before;
   d.next_step_ns = next_deadline(now);
   if (deferred_until != 0) d.next_step_ns = std::min(d.next_step_ns, deferred_until);
   published_holder_ = holder_;
   published_expiry_ns_ = expiry_ns_;
+  published_cut_ = d.cut;
   return d;
 }
 

@@ -16,4 +16,9 @@ inline constexpr std::uint64_t kDaemonHeartbeatStaleNs = 500'000'000;
 // region never ticked) before it runs it without one.
 inline constexpr std::uint64_t kFirstHeartbeatWaitNs = 500'000'000;
 
+// How far past a cut lease's expiry a launch in it may be expected to run
+// (kLeaseCutBit in layout.hpp): the most the daemon ends a cut lease ahead
+// of the return it is cut for (SchedulerConfig::min_cut_lease_ns).
+inline constexpr std::uint64_t kCutLeaseOverrunNs = 1'000'000;
+
 }  // namespace cushare::shm

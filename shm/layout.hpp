@@ -65,6 +65,14 @@ enum RegionFlags : std::uint32_t {
 // read-only inside the container. Quota fields may change live: writers
 // bracket updates with LimitsRegion::generation (seqlock, odd = writing).
 
+// Set in GpuLimits::lease_expiry_ns (1 ns of its time) while the lease is
+// cut short for another tenant due back from host work: a launch there
+// expected to end more than kCutLeaseOverrunNs past the expiry waits for
+// the next lease (a long kernel would keep the returning tenant waiting for
+// its end), so an allocation's short kernels use the gap and its long ones
+// wait for a whole lease.
+inline constexpr std::uint64_t kLeaseCutBit = 1;
+
 struct GpuLimits {                                // 128 bytes
   char uuid[kUuidBytes];                          // immutable after creation; "" = unused entry
   std::atomic<std::uint64_t> memory_limit_bytes;  // kUnlimited = none
@@ -75,7 +83,9 @@ struct GpuLimits {                                // 128 bytes
   // above the memory quota past the grace, or running kernels with no lease.
   std::atomic<std::uint32_t> over_quota_kills;
   // Lease words, written by the scheduler in the daemon only.
-  std::atomic<std::uint64_t> lease_expiry_ns;  // CLOCK_MONOTONIC; may submit while now < expiry
+  // CLOCK_MONOTONIC; may submit while now < expiry. Its lowest bit is
+  // kLeaseCutBit.
+  std::atomic<std::uint64_t> lease_expiry_ns;
   std::atomic<std::uint32_t>
       lease_futex;  // bumped on every grant and revoke; shims FUTEX_WAIT here
   std::atomic<std::uint32_t> lease_holder;  // 1 while this allocation holds the GPU's lease

@@ -51,6 +51,14 @@ inline constexpr std::uint64_t kLeaseLeftPerHorizon = 4;
   return queued_ns <= horizon_ns && now + queued_ns < expiry;
 }
 
+// Under a cut lease (shm::kLeaseCutBit), whether a launch that would start
+// after `queued_ns` and take about `per_launch_ns` (this process's figure,
+// 0: not measured) ends close enough to the expiry.
+inline bool cut_lease_allows(std::uint64_t now, std::uint64_t expiry, std::uint64_t queued_ns,
+                             std::uint64_t per_launch_ns) noexcept {
+  return per_launch_ns == 0 || now + queued_ns + per_launch_ns <= expiry + shm::kCutLeaseOverrunNs;
+}
+
 // How much of the queue must run before queue_allows() can say yes.
 inline std::uint64_t queue_excess(std::uint64_t now, std::uint64_t expiry, std::uint64_t queued_ns,
                                   std::uint64_t horizon_ns) noexcept {
@@ -111,6 +119,7 @@ inline std::uint64_t duty_cycle_wait_ns(const DutyCycleView& d, std::uint64_t no
 struct GateSnapshot {
   std::uint64_t now = 0;              // CLOCK_MONOTONIC
   std::uint64_t lease_expiry_ns = 0;  // this allocation may submit while now < it
+  bool lease_cut = false;             // shm::kLeaseCutBit
   std::uint64_t heartbeat_ns = 0;     // the daemon's last tick; 0: it never ticked this region
   // Read only while heartbeat_ns is 0: when this process first found the
   // region unticked in a node run dir that has a daemon's socket (0: no
@@ -135,10 +144,11 @@ inline bool daemon_arbitrates(const GateSnapshot& s) noexcept {
 }
 
 enum class GateStep {
-  kGo,               // the launch may go (and, without a daemon, those of the next `ns`)
-  kWaitForProgress,  // let `ns` of the queued work run first
-  kWaitForLease,     // ask the daemon for the lease; sleep on its futex at most `ns`
-  kSleep,            // the duty-cycle window is closed: sleep `ns`
+  kGo,                // the launch may go (and, without a daemon, those of the next `ns`)
+  kWaitForProgress,   // let `ns` of the queued work run first
+  kWaitForLease,      // ask the daemon for the lease; sleep on its futex at most `ns`
+  kWaitForNextLease,  // this launch does not fit the lease held: as above, until it changes
+  kSleep,             // the duty-cycle window is closed: sleep `ns`
 };
 
 struct GateAction {
@@ -181,6 +191,8 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
     go_ns = local_go_ns(s);
   } else if (s.now >= expiry) {
     return {GateStep::kWaitForLease, kLeaseWaitSliceNs};
+  } else if (s.lease_cut && !cut_lease_allows(s.now, expiry, s.queued_ns, s.per_launch_ns)) {
+    return {GateStep::kWaitForNextLease, std::min(expiry - s.now, kLeaseWaitSliceNs)};
   }
   // Holding the lease (or a window): enough queued means some of it must finish first.
   if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, go_ns};

@@ -56,10 +56,12 @@ std::once_flag g_fork_once;
 // daemon arbitrates. The fast path takes the later of the two expiries.
 std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> g_local_expiry{};
 
-[[gnu::always_inline]] inline std::uint64_t expiry_of(const AllocationState& st,
-                                                      unsigned gpu) noexcept {
-  return std::max(st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed),
-                  g_local_expiry[gpu].load(std::memory_order_relaxed));
+[[gnu::always_inline]] inline std::uint64_t lease_word(const AllocationState& st,
+                                                       unsigned gpu) noexcept {
+  return st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
+}
+[[gnu::always_inline]] inline std::uint64_t expiry_of(std::uint64_t lease, unsigned gpu) noexcept {
+  return std::max(lease, g_local_expiry[gpu].load(std::memory_order_relaxed));
 }
 
 unsigned gpu_of_launch(const AllocationState& st) noexcept {
@@ -99,6 +101,14 @@ std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
   const std::uint64_t idle = idle_now > at_open ? idle_now - at_open : 0;
   const std::uint64_t wall = now > open ? now - open : 0;
   return wall > idle ? wall - idle : 0;
+}
+
+// Whether a launch fits the daemon's lease word `lease` if it is a live cut
+// one (one that ran out, from a daemon gone since, weighs nothing).
+bool fits_cut_lease(std::uint64_t now, std::uint64_t lease, const gate::GpuTracker& tr) noexcept {
+  if (!(lease & shm::kLeaseCutBit) || now >= lease) return true;
+  const std::uint64_t queued = tr.queued_estimate_ns(now, gate::queue_horizon_ns(now, lease));
+  return gate::cut_lease_allows(now, lease, queued, tr.per_launch_ns());
 }
 
 std::uint64_t pack(DutySlot s) noexcept {
@@ -183,6 +193,7 @@ std::uint64_t unticked_since(const AllocationState& st, std::uint64_t now) noexc
 GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTracker& tr) noexcept {
   GateSnapshot s{.now = monotonic_ns()};
   s.lease_expiry_ns = st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_acquire);
+  s.lease_cut = (s.lease_expiry_ns & shm::kLeaseCutBit) != 0;
   s.heartbeat_ns = st.limits->daemon_heartbeat_ns.load(std::memory_order_acquire);
   if (s.heartbeat_ns == 0) s.unticked_since_ns = unticked_since(st, s.now);
   const bool arbitrated = gate::daemon_arbitrates(s);
@@ -249,6 +260,14 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         shm::futex_wait(gl.lease_futex, seen, action.ns);
         break;
       }
+      case GateStep::kWaitForNextLease: {
+        asked = true;
+        throttled = true;
+        const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
+        if (gl.lease_expiry_ns.load(std::memory_order_acquire) != snap.lease_expiry_ns) break;
+        shm::futex_wait(gl.lease_futex, seen, action.ns);
+        break;
+      }
       case GateStep::kGo:
         break;
     }
@@ -278,8 +297,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
 [[gnu::noinline, gnu::cold]] CUresult enter_slow(const AllocationState& st, unsigned gpu,
                                                  CUstream stream, gate::GpuTracker& tr) noexcept {
   const std::uint64_t now = t_gate.now;
-  const std::uint64_t expiry = expiry_of(st, gpu);
-  if (!(now < expiry && queue_allows(now, expiry, tr))) {
+  const std::uint64_t lease = lease_word(st, gpu);
+  const std::uint64_t expiry = expiry_of(lease, gpu);
+  if (!(now < expiry && queue_allows(now, expiry, tr) && fits_cut_lease(now, lease, tr))) {
     if (const CUresult rc = slow_path(st, gpu, stream); rc != CUDA_SUCCESS) return rc;
   }
   if (!tr.busy()) {
@@ -315,8 +335,12 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   gate::GpuTracker& tr = gate::tracker(gpu);
   const std::uint64_t now = gate::gate_now_ns();
   t_gate = {.tracker = &tr, .usage = &st->usage->gpus[gpu], .now = now};
-  const std::uint64_t expiry = expiry_of(*st, gpu);
-  if (now < expiry && queue_allows(now, expiry, tr) && tr.busy()) [[likely]] {
+  const std::uint64_t lease = lease_word(*st, gpu);
+  const std::uint64_t expiry = expiry_of(lease, gpu);
+  // A live cut lease (rare: another tenant is away for a moment) weighs
+  // each launch in enter_slow().
+  if (now < expiry && (!(lease & shm::kLeaseCutBit) || now >= lease) &&
+      queue_allows(now, expiry, tr) && tr.busy()) [[likely]] {
     return CUDA_SUCCESS;
   }
   return enter_slow(*st, gpu, stream, tr);

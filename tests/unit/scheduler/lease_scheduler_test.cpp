@@ -35,11 +35,16 @@ struct SimTenant {
   // one to its end, past the expiry by anything up to a kernel.
   std::uint64_t kernel_ns = 0;
   bool publishes_per_launch = true;  // its gate publishes kernel_ns as per_launch_ns
+  // Two processes: under a cut lease only the one whose work drains this
+  // fast may start (the gate's kCutLeaseBit rule), and the per-launch figure
+  // it publishes is this (0: one process, as above).
+  std::uint64_t cut_overrun_ns = 0;
   // Its threads lose the CPU for stall_ns of every stall_period_ns (a
   // hypervisor's steal, CPU-bound neighbours): meanwhile it submits nothing.
   std::uint64_t stall_period_ns = 0;
   std::uint64_t stall_ns = 0;
   std::uint64_t granted_at = 0;
+  std::uint64_t queued_overrun_ns = 0;  // the overrun of its work submitted last
   TenantSignals signals;
   std::uint64_t gpu_ns = 0;  // ground truth
 };
@@ -61,13 +66,20 @@ class Sim {
         const bool holds = sched.holder() == id && now < lease_expiry;
         TenantSignals& s = t.signals;
         const std::uint64_t submit = kernel_start(t);
+        const std::uint64_t overrun = overrun_of(t);
         const bool queue_fits =
-            !t.queue_in_lease || (t.kernel_ns ? submit : now + t.overrun_ns) < lease_expiry;
+            !t.queue_in_lease || (t.kernel_ns ? submit : now + overrun) < lease_expiry;
         if (holds && t.busy && now >= t.granted_at + t.wake_ns && queue_fits && !off_cpu(t)) {
           s.waiting = 0;
           s.last_submit_ns = submit;
-          s.expected_drain_ns = submit + t.overrun_ns;
+          s.expected_drain_ns = submit + overrun;
+          t.queued_overrun_ns = overrun;
           if (t.publishes_per_launch) s.per_launch_ns = t.kernel_ns;
+          // Its two processes publish their figures in turn; in a cut lease
+          // only the short one runs.
+          if (t.cut_overrun_ns)
+            s.per_launch_ns =
+                lease_cut || (now / (100 * kUs)) % 2 ? t.cut_overrun_ns : t.overrun_ns;
           if (t.publishes_resume && s.resumed_ns < t.granted_at)
             s.resumed_ns = t.granted_at + t.wake_ns;  // when the simulated GPU starts it
           s.idle_ns += static_cast<std::uint64_t>(static_cast<double>(dt) * (1.0 - t.duty));
@@ -76,14 +88,15 @@ class Sim {
         }
         // The shim publishes the time it saw everything submitted complete.
         if (!t.stalled && s.last_submit_ns > s.drained_ns &&
-            now >= s.last_submit_ns + t.overrun_ns && !(holds && t.busy)) {
-          s.drained_ns = s.last_submit_ns + t.overrun_ns;
+            now >= s.last_submit_ns + t.queued_overrun_ns && !(holds && t.busy)) {
+          s.drained_ns = s.last_submit_ns + t.queued_overrun_ns;
         }
         sched.set_signals(id, s);
       }
       const LeaseDecision d = sched.step(now);
       if (d.changed) {
         lease_expiry = d.expiry_ns;
+        lease_cut = d.cut;
         if (d.holder && d.revoked) handovers++;
       }
       if (d.holder != last_holder_seen) {
@@ -106,14 +119,19 @@ class Sim {
           current_runner.reset();
         }
       }
-      if (d.revoked && tenants[*d.revoked].overrun_ns > 0) {
+      if (d.revoked && tenants[*d.revoked].queued_overrun_ns > 0) {
         const SimTenant& r = tenants[*d.revoked];
         draining = d.revoked;
-        drain_until = r.queue_in_lease ? std::max(now, r.signals.last_submit_ns + r.overrun_ns)
-                                       : now + r.overrun_ns;
+        drain_until = r.queue_in_lease
+                          ? std::max(now, r.signals.last_submit_ns + r.queued_overrun_ns)
+                          : now + r.queued_overrun_ns;
       }
       now += dt;
     }
+  }
+
+  std::uint64_t overrun_of(const SimTenant& t) const {
+    return t.cut_overrun_ns != 0 && lease_cut ? t.cut_overrun_ns : t.overrun_ns;
   }
 
   // When the kernel running now started (kernel_ns), else now.
@@ -136,6 +154,7 @@ class Sim {
   std::map<TenantId, SimTenant> tenants;
   std::uint64_t now = kT0;
   std::uint64_t lease_expiry = 0;
+  bool lease_cut = false;  // LeaseDecision::cut of the lease published last
   std::optional<TenantId> last_holder_seen;
   std::optional<TenantId> current_runner;
   std::optional<TenantId> draining;
@@ -923,6 +942,53 @@ TEST(LeaseScheduler, ATenantWhoseKernelsOutlastTheGapIsNotGrantedTheGpuInIt) {
     } else {
       EXPECT_LT(s2, 30.0);  // the behaviour the hold replaces
     }
+  }
+}
+
+TEST(LeaseScheduler, AnAllocationWithShortKernelsTooIsGrantedTheGapCut) {
+  // The same, but a second process of the weight-1 allocation, with short
+  // kernels, starts (its 1 ms figure shows in the allocation's per-launch
+  // word beside the long one's): once the weight-3 tenant leaves for its
+  // host work, the GPU goes to the allocation in a cut lease (its gate
+  // starts only the short kernels there, the long ones wait for a whole
+  // lease) instead of idling until the return.
+  for (const bool short_too : {false, true}) {
+    Sim sim;
+    sim.add(1, burst(1), {.overrun_ns = 20 * kMs});
+    sim.add(2, burst(3));
+    const std::uint64_t gap = 2500 * kUs;
+    host_gap_steps(sim, gap);  // long kernels only: held for every return
+    sim.tenants[1].cut_overrun_ns = short_too ? kMs : 0;
+    host_gap_steps(sim, gap);
+    SimTenant& back = sim.tenants[2];
+    const std::uint64_t start = back.gpu_ns;
+    back.busy = true;
+    while (back.gpu_ns < start + 4 * kMs && sim.now < kT0 + 10'000 * kMs) sim.run(100 * kUs);
+    back.busy = false;
+    const std::uint64_t left = sim.now;
+    bool granted = false, granted_whole = false;
+    while (sim.now < left + gap) {  // until it is due back
+      sim.run(100 * kUs);
+      if (sim.sched.holder() == 1u) {
+        granted = true;
+        granted_whole = granted_whole || !sim.lease_cut;
+      }
+    }
+    EXPECT_EQ(granted, short_too);  // held for the return without short kernels
+    EXPECT_FALSE(granted_whole);
+    if (!short_too) continue;
+    // It does not come back: while it is overdue (up to two of its gaps
+    // after it left) the holder's leases stay cut, so its long kernels do
+    // not start just before a late return; then a whole lease.
+    while (sim.now < left + 2 * gap - 200 * kUs) {
+      sim.run(100 * kUs);
+      if (sim.sched.holder() == 1u) {
+        EXPECT_TRUE(sim.lease_cut) << (sim.now - left) / kUs << " us after it left";
+      }
+    }
+    while (sim.now < left + 2 * gap + 2 * kMs) sim.run(100 * kUs);
+    EXPECT_EQ(sim.sched.holder(), 1u);
+    EXPECT_FALSE(sim.lease_cut);
   }
 }
 

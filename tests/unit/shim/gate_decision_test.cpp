@@ -45,6 +45,32 @@ TEST(GateDecision, AQueueWithinTheHorizonAndTheLeaseGoes) {
   EXPECT_EQ(decide_gate(s), kGo);
 }
 
+TEST(GateDecision, ACutLeaseStartsOnlyLaunchesThatEndAboutAtItsExpiry) {
+  // A lease cut for a tenant due back in 1.5 ms: a 1 ms kernel may start
+  // (it ends within kCutLeaseOverrunNs of the expiry, as in a lease that is
+  // not cut), a 20 ms one of another process of the allocation waits for
+  // the next lease rather than keep the returning tenant waiting for it.
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + 1'500'000;
+  s.lease_cut = true;
+  s.per_launch_ns = kMs;
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = 1'400'000;  // the last one that starts before the expiry
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.queued_ns = 0;
+  s.per_launch_ns = 20 * kMs;
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kWaitForNextLease, 1'500'000}));
+  s.lease_cut = false;  // a whole lease: the long kernel goes
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.lease_cut = true;
+  s.per_launch_ns = 0;  // not measured yet: nothing to weigh
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.per_launch_ns = 2'400'000;  // ends 0.9 ms past the expiry: goes
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.per_launch_ns = 2'600'000;  // 1.1 ms past: waits
+  EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForNextLease);
+}
+
 TEST(GateDecision, AQueuePastTheHorizonWaitsForItsExcess) {
   GateSnapshot s = holding();
   s.queued_ns = kHorizon + 300'000;

@@ -269,12 +269,11 @@ class LeaseScheduler {
     double cap_clock = 0;  // capped only: earliest time of the next grant
     std::uint64_t last_demand_ns = 0;
     bool was_candidate = false;
-    std::uint64_t left_at_ns = 0;  // when it last stopped wanting the GPU
-    std::uint64_t gap_ns = 0;      // its usual time away (EMA of gaps up to level_after)
-    std::uint64_t overrun_ns = 0;  // how far its work runs past its leases' expiries (EMA)
-    std::uint64_t short_kernels_ns =
-        0;  // when its per-launch figure was last short_kernel_ns or less
-    std::uint64_t long_kernels_ns = 0;  // when it last had long kernels (long_kernels_window_ns)
+    std::uint64_t left_at_ns = 0;        // when it last stopped wanting the GPU
+    std::uint64_t gap_ns = 0;            // its usual time away (EMA of gaps up to level_after)
+    std::uint64_t overrun_ns = 0;        // how far its work runs past its leases' expiries (EMA)
+    std::uint64_t short_kernels_ns = 0;  // last seen with short kernels (short_kernel_ns)
+    std::uint64_t long_kernels_ns = 0;   // last seen with long kernels (long_kernels_window_ns)
     bool removed = false;
     bool idle_known = false;           // signals.idle_ns seen once (baseline)
     std::uint64_t pending_refund = 0;  // reported idle not refunded yet

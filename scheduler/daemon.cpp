@@ -344,6 +344,15 @@ void Daemon::ground_truth(std::uint64_t now) {
     else
       gpus_.push_back(tools::GpuInfo{.index = index, .uuid = uuids[i]});
   }
+  // Each process's memory calls, marked before the sample: one caught inside
+  // a call has NVML's figure and its charges apart by that call.
+  std::map<std::pair<std::string, unsigned>, shm::MemoryOpsMark> marks;
+  for (auto& [alloc_id, a] : registry_.allocations()) {
+    const shm::UsageRegion* usage = a->usage_region();
+    if (!usage) continue;
+    for (const auto& [slot, p] : states_[alloc_id].processes.verified())
+      marks[{alloc_id, slot}] = shm::mark_memory_ops(usage->slots[slot]);
+  }
   for (auto& uuid : uuids) {
     GpuProcesses g{.uuid = uuid};
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
@@ -405,10 +414,11 @@ void Daemon::ground_truth(std::uint64_t now) {
           auto& slot = usage->slots[slot_index];
           if (shm::slot_state(slot) != shm::SlotState::kActive || nvml_bytes == 0) continue;
           const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_relaxed);
+          const auto mark = marks.find({alloc_id, slot_index});
+          if (mark == marks.end() || !shm::memory_ops_quiet_since(slot, mark->second)) continue;
           const std::uint64_t overhead = measured_overhead(nvml_bytes, tracked);
           const std::uint64_t current = slot.overhead[e].load(std::memory_order_relaxed);
-          // Allocations racing the NVML sample move it by whole allocations;
-          // ignore sub-MiB jitter so the total does not flap.
+          // Ignore sub-MiB jitter so the total does not flap.
           const std::uint64_t diff = overhead > current ? overhead - current : current - overhead;
           if (diff >= (1u << 20)) ledger.set_overhead(e, slot, overhead);
         }

@@ -189,7 +189,10 @@ struct ProcessSlot {                       // 320 bytes
   std::atomic<std::uint64_t> overhead[kMaxGpus];  // charged context/module overhead
   std::atomic<std::uint32_t> busy_gpus;           // bit g: counted in gpus[g].busy_processes
   std::atomic<std::uint32_t> demand_gpus;         // bit g: counted in gpus[g].demand
-  std::uint8_t reserved[16];
+  // Hooked calls that move this process's device memory or its charges,
+  // begun and ended: begun - ended are in flight (docs/shm.md).
+  std::atomic<std::uint64_t> memory_ops_begun;
+  std::atomic<std::uint64_t> memory_ops_ended;
 };
 
 struct UsageRegion {
@@ -236,6 +239,8 @@ static_assert(offsetof(ProcessSlot, bytes) == 40);
 static_assert(offsetof(ProcessSlot, overhead) == 40 + 8 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, busy_gpus) == 40 + 16 * kMaxGpus);
 static_assert(offsetof(ProcessSlot, demand_gpus) == 44 + 16 * kMaxGpus);
+static_assert(offsetof(ProcessSlot, memory_ops_begun) == 48 + 16 * kMaxGpus);
+static_assert(offsetof(ProcessSlot, memory_ops_ended) == 56 + 16 * kMaxGpus);
 static_assert(offsetof(GpuUsage, per_launch_us) == 12);
 static_assert(offsetof(GpuUsage, busy_processes) == 96);
 static_assert(offsetof(GpuUsage, resumed_ns) == 104);

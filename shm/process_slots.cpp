@@ -54,6 +54,9 @@ std::optional<unsigned> claim_slot(UsageRegion& usage, const ProcessIdentity& se
     s.start_time.store(self.start_time, std::memory_order_relaxed);
     s.host_pid.store(0, std::memory_order_relaxed);
     s.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+    // A previous owner killed inside a memory call left one in flight.
+    s.memory_ops_begun.store(0, std::memory_order_relaxed);
+    s.memory_ops_ended.store(0, std::memory_order_relaxed);
     // Bytes of the previous owner were cleared by whoever freed the slot.
     std::uint32_t claiming = u32(SlotState::kClaiming);
     if (s.state.compare_exchange_strong(claiming, u32(SlotState::kActive),

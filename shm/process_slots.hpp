@@ -60,6 +60,31 @@ bool clear_busy(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 bool mark_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 bool clear_demand(UsageRegion& usage, ProcessSlot& slot, unsigned gpu);
 
+// The process's memory calls (memory_ops_begun / memory_ops_ended), read
+// before a measurement of its device memory against its charges: `quiet`
+// when none was in flight. memory_ops_quiet_since says whether none was in
+// flight at the mark and none began after it, so the two figures read in
+// between agree on every allocation and free.
+struct MemoryOpsMark {
+  std::uint64_t begun = 0;
+  bool quiet = false;
+};
+// How many are in flight, at most (ended is read first).
+inline std::uint64_t memory_ops_in_flight(const ProcessSlot& slot, std::uint64_t* begun = nullptr) {
+  const std::uint64_t ended = slot.memory_ops_ended.load(std::memory_order_seq_cst);
+  const std::uint64_t b = slot.memory_ops_begun.load(std::memory_order_seq_cst);
+  if (begun) *begun = b;
+  return b - ended;
+}
+inline MemoryOpsMark mark_memory_ops(const ProcessSlot& slot) {
+  MemoryOpsMark m;
+  m.quiet = memory_ops_in_flight(slot, &m.begun) == 0;
+  return m;
+}
+inline bool memory_ops_quiet_since(const ProcessSlot& slot, const MemoryOpsMark& mark) {
+  return mark.quiet && slot.memory_ops_begun.load(std::memory_order_seq_cst) == mark.begun;
+}
+
 // Moves slot `index` from `expected` to kReclaiming (only one caller can
 // succeed), returns its bytes and overhead to the totals, clears it and frees
 // it. Returns the bytes returned, or nullopt when the state was not

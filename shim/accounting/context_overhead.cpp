@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <new>
 #include <vector>
 
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/devices/device_uuid.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/logging.hpp"
@@ -181,11 +183,16 @@ ContextReservation::~ContextReservation() {
 }
 
 void ContextReservation::created(CUcontext ctx, const MemorySample& before,
-                                 const MemorySample& after) noexcept {
+                                 const MemorySample& after, bool quiet) noexcept {
   if (done_) return;
   done_ = true;
   std::uint64_t overhead = 0;
   const bool measured = estimate_overhead(before, after, overhead) && overhead > 0;
+  // Not quiet: other memory calls may have moved the figures either way, so
+  // only a measurement above the reservation counts (fail closed), and
+  // nothing is learnt from it.
+  if (!quiet) log_unquiet_measurement();
+  if (measured && !quiet) overhead = std::max(overhead, reserved_);
   shm::QuotaLedger ledger(*st_.usage);
   std::uint64_t charged = reserved_;
   if (measured) {
@@ -205,7 +212,7 @@ void ContextReservation::created(CUcontext ctx, const MemorySample& before,
           "daemon measures it",
           reserved_);
   }
-  record(st_, ctx, ordinal_, gpu_, charged, measured);
+  record(st_, ctx, ordinal_, gpu_, charged, measured && quiet);
   if (!ctx && ordinal_ >= 0 && static_cast<unsigned>(ordinal_) < kMaxDevices)
     g_device_seen[ordinal_].store(true, std::memory_order_relaxed);
   log().debug("context on device {} reserved {} bytes, charged {}", ordinal_, reserved_, charged);
@@ -220,18 +227,22 @@ void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept
   if (!r.cuDevicePrimaryCtxGetState ||
       r.cuDevicePrimaryCtxGetState(ordinal, &flags, &active) != CUDA_SUCCESS || !active)
     return;
-  static std::mutex charging;  // two threads seeing it at once charge it once
-  std::lock_guard once(charging);
   if (has_primary_record(ordinal)) return;
   // It exists already: what it holds is this process's NVML figure minus
-  // what the shim tracked, else the reservation a creation would have made.
+  // what the shim tracked, else the reservation a creation would have made
+  // (also the least it is charged when other memory calls kept running).
+  const QuietWindow window(st);
   const MemorySample now = sample_memory(ordinal);
   const std::uint64_t tracked = st.slot->bytes[gpu].load(std::memory_order_relaxed);
   const bool measured = now.process_known && now.process_used > tracked;
-  const std::uint64_t overhead =
-      measured ? now.process_used - tracked : expected_context_overhead(st, ordinal);
+  const std::uint64_t expected = expected_context_overhead(st, ordinal);
+  std::uint64_t overhead = measured ? now.process_used - tracked : expected;
+  if (!window.quiet()) {
+    log_unquiet_measurement();
+    overhead = std::max(overhead, expected);
+  }
   shm::QuotaLedger(*st.usage).charge_overhead(gpu, *st.slot, overhead);
-  record(st, nullptr, ordinal, gpu, overhead, measured);
+  record(st, nullptr, ordinal, gpu, overhead, measured && window.quiet());
   log().info(
       "device {}: a primary context made without a call the shim sees (the CUDA runtime's own "
       "path) is charged {} bytes",
@@ -242,6 +253,7 @@ void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept {
   if (ordinal < 0 || static_cast<unsigned>(ordinal) >= kMaxDevices) return;
   if (g_device_seen[ordinal].load(std::memory_order_relaxed)) [[likely]]
     return;
+  std::lock_guard serial(measurement_mutex());
   charge_unseen_primary(st, ordinal);
   g_device_seen[ordinal].store(true, std::memory_order_relaxed);
 }
@@ -249,6 +261,16 @@ void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept {
 std::mutex& measurement_mutex() noexcept {
   static auto* m = new std::mutex;
   return *m;
+}
+
+void log_unquiet_measurement() noexcept {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    log().warn(
+        "a context creation or module load measured its device memory while other memory calls "
+        "of the process kept running for {} ms: it keeps the charge reserved for it (this is "
+        "logged once)",
+        kQuietWaitNs / 1'000'000);
 }
 
 bool is_created_context(CUcontext ctx) noexcept {

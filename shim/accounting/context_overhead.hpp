@@ -68,8 +68,11 @@ class ContextReservation {
 
   bool ok() const noexcept { return ok_; }
   // The context exists: settle on its measured overhead (the samples taken
-  // around the call) and record it for its destruction.
-  void created(CUcontext ctx, const MemorySample& before, const MemorySample& after) noexcept;
+  // around the call, in a QuietWindow) and record it for its destruction.
+  // Samples from a window that was not quiet are not trusted: the context
+  // keeps its reservation, or the measured figure where that is larger.
+  void created(CUcontext ctx, const MemorySample& before, const MemorySample& after,
+               bool quiet) noexcept;
 
  private:
   const AllocationState& st_;
@@ -85,15 +88,20 @@ class ContextReservation {
 // first time the shim sees the process use `ordinal` (an allocation, a
 // retain) it asks the driver whether the primary context is active and, if
 // the shim has no record of it, charges it. One relaxed load afterwards.
+// Call it outside any MemoryOp (it measures in a QuietWindow).
 void note_device_use(const AllocationState& st, CUdevice ordinal) noexcept;
-// The same check for a retain of an already active primary context.
+// The same check for a retain of an already active primary context; the
+// caller holds measurement_mutex().
 void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept;
 
-// Context creations, module loads and what undoes them change this
-// process's device memory by an amount the shim measures across the call:
-// they run one at a time per process, so each measurement sees its own call
-// alone (they are rare and slow in the driver).
+// Context creations and module loads change this process's device memory by
+// an amount the shim measures across the call: they run one at a time per
+// process, each in a QuietWindow (memory_quiescence.hpp), so each
+// measurement sees its own call alone (they are rare and slow in the driver).
 std::mutex& measurement_mutex() noexcept;
+// Once per process: a measurement's window did not get quiet in time, so its
+// call keeps what it reserved.
+void log_unquiet_measurement() noexcept;
 
 // Whether `ctx` is a context the shim saw made with cuCtxCreate* (any other
 // context a process uses is a device's primary context).

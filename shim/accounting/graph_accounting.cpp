@@ -97,6 +97,10 @@ void graph_memory_expected() noexcept {
   g_expected.store(true, std::memory_order_release);
 }
 
+bool graph_memory_in_use() noexcept {
+  return g_expected.load(std::memory_order_acquire);
+}
+
 void graph_add_alloc(CUgraph graph, std::uint64_t bytes) noexcept {
   graph_memory_expected();
   try {

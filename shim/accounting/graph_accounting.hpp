@@ -15,6 +15,8 @@ namespace cushare::shim {
 
 // A graph with memory nodes was built or captured: launches must settle.
 void graph_memory_expected() noexcept;
+// Whether one was: graph launches then move device memory and the charges.
+bool graph_memory_in_use() noexcept;
 
 // Graph memory needs, tracked so a launch can reserve before it runs:
 // allocation nodes added to `graph` (cuGraphAddMemAllocNode, or captured

@@ -1,4 +1,5 @@
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ void reset_accounting_after_fork() noexcept {
   context_reset_after_fork();
   module_reset_after_fork();
   graph_reset_after_fork();
+  quiescence_reset_after_fork();
 }
 
 void release_destroyed_allocations(const AllocationState& st) noexcept {

@@ -7,6 +7,7 @@
 
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/logging.hpp"
 
@@ -65,8 +66,9 @@ void log_refused(const AllocationState& st, const char* api, std::uint64_t bound
 CUresult charged_module_load(const AllocationState& st, ModuleKind kind, const char* api,
                              std::uint64_t bound, void* const* handle, DriverCall load,
                              UnloadCall unload) noexcept {
-  std::lock_guard serial(measurement_mutex());
   const Placement where = placement(st);
+  std::lock_guard serial(measurement_mutex());
+  const QuietWindow window(st);
   const unsigned gpu = gpu_index_of_device(st, where.ordinal);
   if (!reserve(st, gpu, bound, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const MemorySample before = sample_memory(st, where.ordinal);
@@ -84,6 +86,12 @@ CUresult charged_module_load(const AllocationState& st, ModuleKind kind, const c
       release(st, gpu, bound);
       log_refused(st, api, bound, took);
       return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    // Other memory calls still running may have moved the figures either
+    // way: only a figure above the bound counts then (fail closed).
+    if (took < bound && !window.quiet()) {
+      log_unquiet_measurement();
+      took = bound;
     }
     if (took < bound) release(st, gpu, bound - took);
     charged = took;
@@ -107,6 +115,7 @@ CUresult charged_module_unload(const AllocationState* st, ModuleKind kind, void*
   // this returns, and a handle reused by a racing load would match the wrong
   // record.
   std::lock_guard serial(measurement_mutex());
+  const MemoryOp op(st);  // for the daemon's measurement: no window opens meanwhile
   const CUresult rc = unload();
   if (rc != CUDA_SUCCESS || !st) return rc;
   std::lock_guard lock(records_mutex());

@@ -14,6 +14,8 @@
 // shim does not hook).
 #include "shim/accounting/pool_accounting.hpp"
 
+#include "shim/accounting/memory_quiescence.hpp"
+
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/graph_accounting.hpp"
 #include "shim/accounting/memory_accounting.hpp"
@@ -103,6 +105,7 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   CUdevice dev;
   const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const MemoryOp op(&st);
   const RealDriver& r = real();
 
   if (!r.cuMemPoolGetAttribute || (!pool && !r.cuDeviceGetMemPool)) {
@@ -189,6 +192,7 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
 CUresult async_free(CUdeviceptr dptr, CUstream stream, DriverCall call) noexcept {
   const AllocationState* st = allocation_state();
   if (!st || !dptr || stream_is_capturing(stream)) return call();
+  const MemoryOp op(st);
   auto charge = device_pointers().take(dptr);
   const CUresult rc = call();
   if (charge) {

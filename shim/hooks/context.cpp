@@ -6,6 +6,7 @@
 
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/module_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
@@ -25,23 +26,25 @@ namespace {
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
   std::lock_guard serial(measurement_mutex());
+  const QuietWindow window(st);
   ContextReservation reservation(st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const MemorySample before = sample_memory(st, dev);
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
-  reservation.created(*pctx, before, sample_memory(st, dev));
+  reservation.created(*pctx, before, sample_memory(st, dev), window.quiet());
   return rc;
 }
 
-// The context's charge and those of its modules return with it. Not
-// serialised with the measured calls (a destroy waits for the context's
-// work): their measurements subtract what the process's charges moved by.
+// The context's charge and those of its modules return with it. A memory
+// call: the device memory goes before the charges do.
 template <class Call>
 CUresult destroy(CUcontext ctx, Call&& call) {
   const ContextModules modules = modules_of_context(ctx, -1);
+  const AllocationState* st = allocation_state();
+  const MemoryOp op(st);
   const CUresult rc = call();
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS) {
+  if (st && rc == CUDA_SUCCESS) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, ctx, -1);
     release_destroyed_allocations(*st);  // the allocations the driver freed with it
@@ -102,8 +105,9 @@ bool primary_active(CUdevice dev) {
 template <class Call>
 CUresult primary_release(CUdevice dev, Call&& call) {
   const ContextModules modules = modules_of_context(nullptr, dev);
-  const CUresult rc = call();
   const AllocationState* st = allocation_state();
+  const MemoryOp op(st);
+  const CUresult rc = call();
   if (st && rc == CUDA_SUCCESS && !primary_active(dev)) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, nullptr, dev);
@@ -124,12 +128,13 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     charge_unseen_primary(*st, dev);
     return r.cuDevicePrimaryCtxRetain(pctx, dev);
   }
+  const QuietWindow window(*st);
   ContextReservation reservation(*st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const MemorySample before = sample_memory(*st, dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  reservation.created(nullptr, before, sample_memory(*st, dev));
+  reservation.created(nullptr, before, sample_memory(*st, dev), window.quiet());
   return rc;
 }
 

@@ -5,6 +5,7 @@
 // and graph memory) pass through untouched.
 #include "shim/accounting/allocation_granularity.hpp"
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/pool_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
@@ -23,6 +24,7 @@ CUresult charged_alloc(const AllocationState& st, const char* api, Ptr* dptr,
   CUdevice dev;
   const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const MemoryOp op(&st);
   if (!reserve(st, gpu, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS) {
@@ -40,6 +42,7 @@ template <class Call>
 CUresult charged_free(std::uint64_t ptr, Call&& call) noexcept {
   const AllocationState* st = allocation_state();
   if (!st || !ptr) return call();
+  const MemoryOp op(st);
   auto charge = device_pointers().take(ptr);
   const CUresult rc = call();
   if (charge) {
@@ -63,6 +66,7 @@ CUresult charged_pitch_alloc(const AllocationState& st, const char* api, Ptr* dp
       width > UINT64_MAX - kPitchBound ? UINT64_MAX
                                        : (width + kPitchBound - 1) / kPitchBound * kPitchBound,
       height));
+  const MemoryOp op(&st);
   if (!reserve(st, gpu, bound, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS) {

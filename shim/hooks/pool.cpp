@@ -1,5 +1,6 @@
 // Stream-ordered allocation and memory pool hooks: the quota is charged with
 // each pool's growth (accounting/pool_accounting.hpp).
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/pool_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
@@ -62,16 +63,18 @@ extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* po
 
 extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemPoolDestroy)
+  const AllocationState* st = allocation_state();
+  const MemoryOp op(st);
   const CUresult rc = r.cuMemPoolDestroy(pool);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    pool_destroyed(*st, pool);
+  if (st && rc == CUDA_SUCCESS) pool_destroyed(*st, pool);
   return rc;
 }
 
 extern "C" CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemPoolTrimTo)
+  const AllocationState* st = allocation_state();
+  const MemoryOp op(st);
   const CUresult rc = r.cuMemPoolTrimTo(pool, minBytesToKeep);
-  if (const AllocationState* st = allocation_state(); st && rc == CUDA_SUCCESS)
-    pool_trimmed(*st, pool);
+  if (st && rc == CUDA_SUCCESS) pool_trimmed(*st, pool);
   return rc;
 }

@@ -14,6 +14,7 @@
 //    cuMipmappedArrayGetMemoryRequirements).
 #include "shim/accounting/context_overhead.hpp"
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/vmm_accounting.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
@@ -61,6 +62,7 @@ CUresult charged_array(const AllocationState& st, const char* api, Handle* handl
   CUdevice dev;
   const unsigned gpu = allocation_gpu_index(st, dev);
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const MemoryOp op(&st);
   if (!reserve(st, gpu, estimate, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = create();
   if (rc != CUDA_SUCCESS) {
@@ -95,6 +97,7 @@ template <class Call>
 CUresult charged_destroy(std::uint64_t key, Call&& call) {
   const AllocationState* st = allocation_state();
   if (!st) return call();
+  const MemoryOp op(st);
   auto charge = array_handles().take(key);
   const CUresult rc = call();
   if (charge) {
@@ -120,6 +123,7 @@ extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t siz
     return r.cuMemCreate(handle, size, prop, flags);
   const unsigned gpu = gpu_index_of_device(*st, prop->location.id);
   note_device_use(*st, prop->location.id);
+  const MemoryOp op(st);
   if (!reserve(*st, gpu, size, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = r.cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) {
@@ -138,6 +142,7 @@ extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemRelease)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemRelease(handle);
+  const MemoryOp op(st);
   return vmm_release(*st, handle);
 }
 
@@ -146,6 +151,7 @@ extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemMap)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemMap(ptr, size, offset, handle, flags);
+  const MemoryOp op(st);
   return vmm_map(*st, ptr, size, offset, handle, flags);
 }
 
@@ -153,6 +159,7 @@ extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemUnmap)
   const AllocationState* st = allocation_state();
   if (!st) return r.cuMemUnmap(ptr, size);
+  const MemoryOp op(st);
   return vmm_unmap(*st, ptr, size);
 }
 

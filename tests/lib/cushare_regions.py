@@ -151,7 +151,8 @@ PROCESS_SLOT = Struct("ProcessSlot", [
     ("overhead", "Q", MAX_GPUS),
     ("busy_gpus", "I"),
     ("demand_gpus", "I"),
-    ("reserved", "B", 16),
+    ("memory_ops_begun", "Q"),
+    ("memory_ops_ended", "Q"),
 ])
 
 USAGE_REGION = Struct("UsageRegion", [

@@ -113,7 +113,8 @@ int main() {
   FIELD(ProcessSlot, overhead);
   FIELD(ProcessSlot, busy_gpus);
   FIELD(ProcessSlot, demand_gpus);
-  FIELD(ProcessSlot, reserved);
+  FIELD(ProcessSlot, memory_ops_begun);
+  FIELD(ProcessSlot, memory_ops_ended);
   end();
 
   begin("UsageRegion", sizeof(UsageRegion));

@@ -48,6 +48,25 @@ TEST(ShmProcessSlots, ClaimFillsIdentityAndReleaseReturnsBytes) {
   EXPECT_FALSE(release_slot(*usage, *i).has_value());  // only once
 }
 
+TEST(ShmProcessSlots, AMemoryCallInFlightOrBegunSpoilsAMeasurement) {
+  auto usage = std::make_unique<UsageRegion>();
+  for (ProcessSlot& s : usage->slots) s.memory_ops_begun = 7;  // owners killed inside a call
+  auto i = claim_slot(*usage, me(), 1);
+  ASSERT_TRUE(i.has_value());
+  ProcessSlot& mine = usage->slots[*i];
+  MemoryOpsMark quiet = mark_memory_ops(mine);
+  EXPECT_TRUE(quiet.quiet) << "a claimed slot starts with no call in flight";
+  EXPECT_TRUE(memory_ops_quiet_since(mine, quiet));
+
+  mine.memory_ops_begun.fetch_add(1);  // a call begins
+  EXPECT_FALSE(memory_ops_quiet_since(mine, quiet)) << "it began after the mark";
+  MemoryOpsMark busy = mark_memory_ops(mine);
+  EXPECT_FALSE(busy.quiet);
+  mine.memory_ops_ended.fetch_add(1);  // and ends
+  EXPECT_FALSE(memory_ops_quiet_since(mine, busy)) << "it was in flight at the mark";
+  EXPECT_TRUE(memory_ops_quiet_since(mine, mark_memory_ops(mine)));
+}
+
 TEST(ShmProcessSlots, FullRegion) {
   auto usage = std::make_unique<UsageRegion>();
   auto id = me();

@@ -1,0 +1,115 @@
+// The quiet window of a measured call: it waits for the memory calls in
+// flight, holds back new ones until it closes, and says when it could not
+// get quiet in time. Orderings are forced with flags, never with sleeps
+// that a slow host could outlast.
+#include "shim/accounting/memory_quiescence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace cushare::shim {
+namespace {
+
+struct Process {
+  Process() { st.slot = slot.get(); }
+  std::unique_ptr<shm::ProcessSlot> slot = std::make_unique<shm::ProcessSlot>();
+  AllocationState st;
+  std::uint64_t in_flight() const {
+    return slot->memory_ops_begun.load() - slot->memory_ops_ended.load();
+  }
+};
+
+void spin_until(const std::atomic<bool>& flag) {
+  while (!flag.load()) std::this_thread::yield();
+}
+
+TEST(QuietWindow, IsQuietAtOnceWithNoMemoryCallInFlight) {
+  Process p;
+  { const MemoryOp op(&p.st); }
+  const QuietWindow window(p.st);
+  EXPECT_TRUE(window.quiet());
+}
+
+TEST(QuietWindow, WaitsForTheMemoryCallsInFlight) {
+  Process p;
+  std::atomic<bool> inside{false}, ending{false};
+  std::thread caller([&] {
+    const MemoryOp op(&p.st);
+    inside = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ending = true;
+  });
+  spin_until(inside);
+  {
+    const QuietWindow window(p.st);
+    EXPECT_TRUE(ending.load()) << "the window opened while a memory call was in flight";
+    EXPECT_TRUE(window.quiet());
+  }
+  caller.join();
+  EXPECT_EQ(p.in_flight(), 0u);
+}
+
+TEST(QuietWindow, HoldsBackNewMemoryCallsUntilItCloses) {
+  Process p;
+  std::atomic<bool> started{false}, entered{false}, closing{false};
+  std::unique_ptr<QuietWindow> window = std::make_unique<QuietWindow>(p.st);
+  ASSERT_TRUE(window->quiet());
+  std::thread caller([&] {
+    started = true;
+    const MemoryOp op(&p.st);
+    EXPECT_TRUE(closing.load()) << "a memory call went on inside a measurement's window";
+    entered = true;
+  });
+  spin_until(started);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(entered.load());
+  EXPECT_EQ(p.in_flight(), 0u) << "a held-back call counts as not in flight";
+  closing = true;
+  window.reset();
+  caller.join();
+  EXPECT_TRUE(entered.load());
+  EXPECT_EQ(p.in_flight(), 0u);
+}
+
+TEST(QuietWindow, LetsTheMeasuringThreadsOwnCallsThrough) {
+  Process p;
+  const MemoryOp outer(&p.st);  // the measurement runs inside a memory call
+  const QuietWindow window(p.st);
+  EXPECT_TRUE(window.quiet()) << "it waited for its own thread's call";
+  const MemoryOp inner(&p.st);  // and makes one inside its window
+  EXPECT_EQ(p.in_flight(), 2u);
+}
+
+TEST(QuietWindow, IsNotQuietWhenACallOutlastsTheWait) {
+  Process p;
+  std::atomic<bool> inside{false}, release{false};
+  std::thread caller([&] {
+    const MemoryOp op(&p.st);
+    inside = true;
+    spin_until(release);
+  });
+  spin_until(inside);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    const QuietWindow window(p.st);
+    EXPECT_FALSE(window.quiet());
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::nanoseconds(kQuietWaitNs));
+  }
+  release = true;
+  caller.join();
+}
+
+TEST(QuietWindow, ANullStateCountsNothing) {
+  Process p;
+  const QuietWindow window(p.st);
+  const MemoryOp op(nullptr);  // the shim passing calls through
+  EXPECT_EQ(p.slot->memory_ops_begun.load(), 0u);
+}
+
+}  // namespace
+}  // namespace cushare::shim

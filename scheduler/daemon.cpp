@@ -413,7 +413,7 @@ void Daemon::ground_truth(std::uint64_t now) {
         for (const auto& [slot_index, nvml_bytes] : entry.slot_memory) {
           auto& slot = usage->slots[slot_index];
           if (shm::slot_state(slot) != shm::SlotState::kActive || nvml_bytes == 0) continue;
-          const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_relaxed);
+          const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_acquire);
           const auto mark = marks.find({alloc_id, slot_index});
           if (mark == marks.end() || !shm::memory_ops_quiet_since(slot, mark->second)) continue;
           const std::uint64_t overhead = measured_overhead(nvml_bytes, tracked);

@@ -8,7 +8,9 @@
 #include <new>
 #include <vector>
 
+#include "shim/accounting/graph_accounting.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
+#include "shim/accounting/pool_accounting.hpp"
 #include "shim/devices/device_uuid.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/logging.hpp"
@@ -76,14 +78,36 @@ MemorySample sample_memory(CUdevice ordinal) noexcept {
   return s;
 }
 
+namespace {
+
+bool pools_reserved(unsigned gpu, CUdevice ordinal, std::uint64_t& bytes) noexcept {
+  PoolFigures pools;
+  std::uint64_t graph = 0;
+  if (!pool_figures(gpu, pools) || !graph_memory_reserved(ordinal, graph)) return false;
+  bytes = pools.reserved + graph;
+  return true;
+}
+
+}  // namespace
+
 MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept {
-  MemorySample s = sample_memory(ordinal);
   const unsigned gpu = gpu_index_of_device(st, ordinal);
-  if (gpu < shm::kMaxGpus) {
-    s.tracked_known = true;
-    s.tracked = st.slot->bytes[gpu].load(std::memory_order_relaxed) +
-                st.slot->overhead[gpu].load(std::memory_order_relaxed);
+  if (gpu >= shm::kMaxGpus) return sample_memory(ordinal);
+  MemorySample s;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::uint64_t first = 0, second = 0;
+    const bool known = pools_reserved(gpu, ordinal, first);
+    s = sample_memory(ordinal);
+    if (!known || !pools_reserved(gpu, ordinal, second)) break;
+    if (first == second) {
+      s.pools_known = true;
+      s.pools = first;
+      break;
+    }
   }
+  s.tracked_known = true;
+  s.tracked = st.slot->bytes[gpu].load(std::memory_order_acquire) +
+              st.slot->overhead[gpu].load(std::memory_order_acquire);
   return s;
 }
 
@@ -103,7 +127,9 @@ bool estimate_overhead(const MemorySample& before, const MemorySample& after,
   // complement, read as signed to clamp at zero.
   const std::uint64_t moved =
       before.tracked_known && after.tracked_known ? after.tracked - before.tracked : 0;
-  const auto own = static_cast<std::int64_t>(grew - moved);
+  const std::uint64_t pools =
+      before.pools_known && after.pools_known ? after.pools - before.pools : 0;
+  const auto own = static_cast<std::int64_t>(grew - moved - pools);
   overhead = own > 0 ? static_cast<std::uint64_t>(own) : 0;
   return true;
 }
@@ -186,6 +212,7 @@ void ContextReservation::created(CUcontext ctx, const MemorySample& before,
                                  const MemorySample& after, bool quiet) noexcept {
   if (done_) return;
   done_ = true;
+  quiet = quiet && before.pools_known && after.pools_known;
   std::uint64_t overhead = 0;
   const bool measured = estimate_overhead(before, after, overhead) && overhead > 0;
   // Not quiet: other memory calls may have moved the figures either way, so
@@ -233,16 +260,22 @@ void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept
   // (also the least it is charged when other memory calls kept running).
   const QuietWindow window(st);
   const MemorySample now = sample_memory(ordinal);
-  const std::uint64_t tracked = st.slot->bytes[gpu].load(std::memory_order_relaxed);
+  // The allocations the shim tracked, with the pools at what they reserve
+  // now rather than at what they are charged.
+  PoolFigures pools;
+  const bool pools_known = pool_figures(gpu, pools);
+  const std::uint64_t bytes = st.slot->bytes[gpu].load(std::memory_order_acquire);
+  const std::uint64_t tracked =
+      (bytes > pools.charged ? bytes - pools.charged : 0) + pools.reserved;
   const bool measured = now.process_known && now.process_used > tracked;
   const std::uint64_t expected = expected_context_overhead(st, ordinal);
   std::uint64_t overhead = measured ? now.process_used - tracked : expected;
-  if (!window.quiet()) {
+  if (!window.quiet() || !pools_known) {
     log_unquiet_measurement();
     overhead = std::max(overhead, expected);
   }
   shm::QuotaLedger(*st.usage).charge_overhead(gpu, *st.slot, overhead);
-  record(st, nullptr, ordinal, gpu, overhead, measured && window.quiet());
+  record(st, nullptr, ordinal, gpu, overhead, measured && window.quiet() && pools_known);
   log().info(
       "device {}: a primary context made without a call the shim sees (the CUDA runtime's own "
       "path) is charged {} bytes",

@@ -29,6 +29,13 @@ struct MemorySample {
   // NVML figures move with them.
   bool tracked_known = false;
   std::uint64_t tracked = 0;
+  // What the process's memory pools and graph memory pool reserve on the
+  // device: a synchronisation in another thread gives pool memory back to
+  // the device without a memory call, so measurements subtract how this
+  // moved. Read on both sides of the NVML figures, which are retaken when
+  // it moved in between.
+  bool pools_known = false;
+  std::uint64_t pools = 0;
 };
 
 // NVML figures of device `ordinal` now.
@@ -37,8 +44,8 @@ MemorySample sample_memory(CUdevice ordinal) noexcept;
 MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept;
 
 // Pure: the overhead a context created between `before` and `after` cost,
-// less what the process's own charges moved by meanwhile (when both samples
-// know them); false when it cannot be told.
+// less what the process's own charges and its pools' reservations moved by
+// meanwhile (when both samples know them); false when it cannot be told.
 bool estimate_overhead(const MemorySample& before, const MemorySample& after,
                        std::uint64_t& overhead) noexcept;
 
@@ -69,8 +76,9 @@ class ContextReservation {
   bool ok() const noexcept { return ok_; }
   // The context exists: settle on its measured overhead (the samples taken
   // around the call, in a QuietWindow) and record it for its destruction.
-  // Samples from a window that was not quiet are not trusted: the context
-  // keeps its reservation, or the measured figure where that is larger.
+  // Samples from a window that was not quiet (or that could not read the
+  // pools' reservations) are not trusted: the context keeps its
+  // reservation, or the measured figure where that is larger.
   void created(CUcontext ctx, const MemorySample& before, const MemorySample& after,
                bool quiet) noexcept;
 

@@ -15,8 +15,9 @@ namespace cushare::shim {
 
 // A graph with memory nodes was built or captured: launches must settle.
 void graph_memory_expected() noexcept;
-// Whether one was: graph launches then move device memory and the charges.
-bool graph_memory_in_use() noexcept;
+// What the graph memory pool of `dev` holds now (0 while no graph has
+// memory nodes); false when the driver cannot tell.
+bool graph_memory_reserved(CUdevice dev, std::uint64_t& bytes) noexcept;
 
 // Graph memory needs, tracked so a launch can reserve before it runs:
 // allocation nodes added to `graph` (cuGraphAddMemAllocNode, or captured

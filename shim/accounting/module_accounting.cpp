@@ -68,9 +68,9 @@ CUresult charged_module_load(const AllocationState& st, ModuleKind kind, const c
                              UnloadCall unload) noexcept {
   const Placement where = placement(st);
   std::lock_guard serial(measurement_mutex());
-  const QuietWindow window(st);
   const unsigned gpu = gpu_index_of_device(st, where.ordinal);
   if (!reserve(st, gpu, bound, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const QuietWindow window(st);
   const MemorySample before = sample_memory(st, where.ordinal);
   const CUresult rc = load();
   if (rc != CUDA_SUCCESS || !handle) {
@@ -89,7 +89,8 @@ CUresult charged_module_load(const AllocationState& st, ModuleKind kind, const c
     }
     // Other memory calls still running may have moved the figures either
     // way: only a figure above the bound counts then (fail closed).
-    if (took < bound && !window.quiet()) {
+    const bool trusted = window.quiet() && before.pools_known && after.pools_known;
+    if (took < bound && !trusted) {
       log_unquiet_measurement();
       took = bound;
     }

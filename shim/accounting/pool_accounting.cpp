@@ -245,6 +245,27 @@ void trim_pools(const AllocationState& st, unsigned gpu) noexcept {
   }
 }
 
+bool pool_figures(unsigned gpu, PoolFigures& out) noexcept {
+  out = {};
+  bool known = true;
+  for (unsigned i = 0; i < kMaxPools; ++i) {
+    auto& rec = pool_record(i);
+    if (rec.key.load(std::memory_order_acquire) == 0) continue;
+    rec.lock();
+    const auto key = rec.key.load(std::memory_order_relaxed);
+    if (key != 0 && rec.gpu == gpu) {
+      out.charged += rec.charged;
+      std::uint64_t now = rec.charged;
+      if (key != PoolRecord::kRetiredKey &&
+          reserved_now(reinterpret_cast<CUmemoryPool>(key), now) != CUDA_SUCCESS)
+        known = false;
+      out.reserved += now;
+    }
+    rec.unlock();
+  }
+  return known;
+}
+
 void pool_reset_after_fork() noexcept {
   pool_table_reset_after_fork();
 }

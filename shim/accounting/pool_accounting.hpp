@@ -39,6 +39,18 @@ void pool_trimmed(const AllocationState& st, CUmemoryPool pool) noexcept;
 // Trims every pool of `gpu` to what is in use and returns the difference.
 void trim_pools(const AllocationState& st, unsigned gpu) noexcept;
 
+// The process's pools on limits entry `gpu`: the quota their records hold,
+// and what the driver says they reserve now. The two differ after a
+// synchronisation gave cached memory back to the device (the charge follows
+// at the pool's next allocation, free or trim). Destroyed pools still
+// holding allocations count their charge both ways. False when the driver
+// could not tell.
+struct PoolFigures {
+  std::uint64_t charged = 0;
+  std::uint64_t reserved = 0;
+};
+bool pool_figures(unsigned gpu, PoolFigures& out) noexcept;
+
 // Fork child: forget the parent's pools.
 void pool_reset_after_fork() noexcept;
 

@@ -8,7 +8,6 @@
 #include <limits>
 
 #include "shim/accounting/capture_tracker.hpp"
-#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
@@ -512,11 +511,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     nanosleep(&ts, nullptr);
     return;
   }
-  CUresult rc;
-  {
-    const MemoryOp op(allocation_state());  // a synchronisation: pools may trim
-    rc = real().cuEventSynchronize(ev);
-  }
+  const CUresult rc = real().cuEventSynchronize(ev);
   std::lock_guard lock(mu_);
   if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
     complete_front_locked(ev, shm::monotonic_ns(), usage);
@@ -542,11 +537,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
       if (!batches_.empty()) ev = batches_.front().event;
     }
     if (ev) {
-      CUresult rc;
-      {
-        const MemoryOp op(allocation_state());  // a synchronisation: pools may trim
-        rc = r.cuEventSynchronize(ev);          // blocking-sync event: sleeps
-      }
+      const CUresult rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
       std::lock_guard lock(mu_);
       complete_front_locked(ev, shm::monotonic_ns(), *usage);
       (void)rc;

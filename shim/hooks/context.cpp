@@ -26,9 +26,9 @@ namespace {
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
   std::lock_guard serial(measurement_mutex());
-  const QuietWindow window(st);
   ContextReservation reservation(st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const QuietWindow window(st);
   const MemorySample before = sample_memory(st, dev);
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
@@ -128,9 +128,9 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     charge_unseen_primary(*st, dev);
     return r.cuDevicePrimaryCtxRetain(pctx, dev);
   }
-  const QuietWindow window(*st);
   ContextReservation reservation(*st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const QuietWindow window(*st);
   const MemorySample before = sample_memory(*st, dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;

@@ -3,7 +3,6 @@
 // settle graph memory), and stream-capture tracking.
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/graph_accounting.hpp"
-#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/gate/launch_gate.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/hooks/decls.hpp"
@@ -29,7 +28,6 @@ CUresult gated(CUstream stream, Call&& call) {
 template <class Call>
 CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
   const AllocationState* st = allocation_state();
-  const MemoryOp op(st && graph_memory_in_use() ? st : nullptr);
   std::uint64_t reserved = 0;
   if (st && !graph_launch_reserve(*st, exec, reserved)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = gate ? gated(stream, call) : call();
@@ -284,14 +282,11 @@ extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
 
 // Synchronisation: when it returns, the work it waited for is complete; the
 // launch gate learns so at once (gate/tracker.hpp, after_sync), so the
-// idle gap before the next launch is measured rather than charged. It is
-// also where memory pools give what they cache above their release
-// threshold back to the device: a memory call.
+// idle gap before the next launch is measured rather than charged.
 namespace {
 template <typename Sync>
 CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
   gate::GpuTracker* tr = gate::syncing(stream, whole_context);
-  const MemoryOp op(allocation_state());
   const CUresult rc = sync();
   if (tr && rc == CUDA_SUCCESS) tr->after_sync();
   return rc;
@@ -308,17 +303,8 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   // Another context than the current one says nothing about the tracker's.
   CUcontext current = nullptr;
   if (ctx && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
-  if (ctx && ctx != current) {
-    const MemoryOp op(allocation_state());
-    return r.cuCtxSynchronize_v2(ctx);
-  }
+  if (ctx && ctx != current) return r.cuCtxSynchronize_v2(ctx);
   return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize_v2(ctx); });
-}
-
-extern "C" CUresult cuEventSynchronize(CUevent hEvent) {
-  CUSHARE_REAL_OR_NOT_FOUND(r, cuEventSynchronize)
-  const MemoryOp op(allocation_state());
-  return r.cuEventSynchronize(hEvent);
 }
 
 extern "C" CUresult cuStreamSynchronize(CUstream hStream) {

@@ -123,6 +123,8 @@ ConfigResult load_config(const EnvLookup& lookup) {
   const Knob knobs[] = {
       {"FAKEGPU_CONTEXT_OVERHEAD", &config.context_overhead, true, 0, 1ull << 40,
        "a byte quantity such as 300Mi"},
+      {"FAKEGPU_CONTEXT_CREATE_US", &config.context_create_us, false, 0, 10'000'000,
+       "microseconds, 0..10000000"},
       {"FAKEGPU_TIMESLICE_US", &timeslice_us, false, 50, 10'000'000, "microseconds, 50..10000000"},
       {"FAKEGPU_KERNEL_NS", &config.kernel_ns, false, 0, 3'600'000'000'000ull,
        "nanoseconds, 0..3.6e12"},

@@ -22,6 +22,7 @@ struct Config {
   std::vector<DeviceSpec> devices;
   std::string state_path;
   uint64_t context_overhead = 300ull << 20;
+  uint64_t context_create_us = 0;  // wall time a context creation takes after its memory
   uint64_t timeslice_ns = 2'000'000;
   uint64_t kernel_ns = 10'000;
   int driver_version = 13000;

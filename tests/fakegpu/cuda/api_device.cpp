@@ -63,11 +63,16 @@ CUresult create_context_object(CUdevice dev, unsigned flags, Context** out) {
   ctx->device = physical(dev);
   ctx->flags = flags;
   ctx->default_stream.ctx = ctx;
-  std::lock_guard<std::mutex> guard(d.mu);
-  ctx->id = d.next_id++;
-  ctx->default_stream.id = 0;
-  d.contexts.push_back(ctx);
-  register_handle(ctx, HandleKind::context);
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    ctx->id = d.next_id++;
+    ctx->default_stream.id = 0;
+    d.contexts.push_back(ctx);
+    register_handle(ctx, HandleKind::context);
+  }
+  // A real driver takes tens to hundreds of milliseconds to make a context,
+  // holding its memory well before it returns.
+  if (d.config.context_create_us) usleep(static_cast<useconds_t>(d.config.context_create_us));
   *out = ctx;
   return CUDA_SUCCESS;
 }

@@ -9,9 +9,19 @@
 //   context_probe mixed THREADS SECONDS SEED   threads that create contexts, allocate
 //                                          (plain, pitch, managed, async, VMM, arrays)
 //                                          and free at random (the process race)
+//   context_probe busy CONTEXTS            a thread keeps the GPU busy (1 ms kernels,
+//                                          synchronised every 64, stream-ordered
+//                                          allocations the syncs give back) while
+//                                          another creates and destroys CONTEXTS
+//                                          contexts, timing each creation
+//   context_probe trim-race CONTEXTS       a thread allocates 64 MiB stream-ordered, frees
+//                                          it and synchronises (the pool gives it back)
+//                                          while another makes CONTEXTS contexts; then
+//                                          16 MiB allocations until refused
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +31,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "samples/spin_kernel_ptx.hpp"
 
 // CUDA 13's cuda.h no longer declares the CUDA 3.2 ABI of cuCtxCreate, which
 // the driver still exports and older programs call.
@@ -254,6 +266,106 @@ int mixed_mode(int n, double seconds, unsigned seed) {
   return 0;
 }
 
+// The sample kernel that spins for its argument's nanoseconds, in the current context.
+CUfunction load_spin() {
+  CUmodule module = nullptr;
+  if (CUresult r = cuModuleLoadData(&module, samples::kSpinKernelPtx); r != CUDA_SUCCESS)
+    fail("cuModuleLoadData", r);
+  CUfunction spin = nullptr;
+  if (CUresult r = cuModuleGetFunction(&spin, module, "spin"); r != CUDA_SUCCESS)
+    fail("cuModuleGetFunction", r);
+  return spin;
+}
+
+CUresult launch_spin(CUfunction spin, std::uint64_t ns, CUstream stream) {
+  void* params[] = {&ns};
+  return cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+}
+
+int busy_mode(int contexts) {
+  const CUdevice dev = init();
+  CUcontext ctx = nullptr;
+  if (CUresult r = cuCtxCreate_v2(&ctx, 0, dev); r != CUDA_SUCCESS) fail("cuCtxCreate", r);
+  const CUfunction spin = load_spin();
+  std::atomic<bool> stop{false};
+  std::atomic<long> launches{0};
+  std::thread launcher([&] {
+    cuCtxSetCurrent(ctx);
+    CUstream stream = nullptr;
+    cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    while (!stop.load()) {
+      for (int k = 0; k < 64 && !stop.load(); ++k) {
+        if (launch_spin(spin, 1'000'000, stream) == CUDA_SUCCESS) ++launches;
+      }
+      CUdeviceptr p = 0;
+      if (cuMemAllocAsync(&p, 8 << 20, stream) == CUDA_SUCCESS) cuMemFreeAsync(p, stream);
+      cuStreamSynchronize(stream);  // the pool gives the 8 MiB back here
+    }
+    cuStreamDestroy(stream);
+  });
+  while (launches.load() < 8) sleep_ms(1);
+  std::vector<double> ms;
+  for (int i = 0; i < contexts; ++i) {
+    CUcontext c = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    const CUresult r = cuCtxCreate_v2(&c, 0, dev);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (r != CUDA_SUCCESS) fail("cuCtxCreate (busy)", r);
+    cuCtxDestroy_v2(c);
+    sleep_ms(20);
+  }
+  stop = true;
+  launcher.join();
+  std::sort(ms.begin(), ms.end());
+  std::printf("{\"contexts\":%d,\"median_ms\":%.2f,\"max_ms\":%.2f,\"launches\":%ld}\n", contexts,
+              ms[ms.size() / 2], ms.back(), launches.load());
+  return 0;
+}
+
+int trim_race_mode(int contexts) {
+  const CUdevice dev = init();
+  CUcontext ctx = nullptr;
+  if (CUresult r = cuCtxCreate_v2(&ctx, 0, dev); r != CUDA_SUCCESS) fail("cuCtxCreate", r);
+  const CUfunction spin = load_spin();
+  std::atomic<bool> stop{false};
+  std::atomic<long> trims{0};
+  std::thread churn([&] {
+    cuCtxSetCurrent(ctx);
+    CUstream stream = nullptr;
+    cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    while (!stop.load()) {
+      CUdeviceptr p = 0;
+      if (cuMemAllocAsync(&p, 64 << 20, stream) != CUDA_SUCCESS) continue;
+      cuMemFreeAsync(p, stream);
+      // The synchronisation waits for the kernel, then gives the 64 MiB
+      // back: at a moment no memory call marks.
+      launch_spin(spin, 200'000, stream);
+      if (cuStreamSynchronize(stream) == CUDA_SUCCESS) ++trims;
+    }
+    cuStreamDestroy(stream);
+  });
+  std::vector<CUcontext> made;
+  for (int i = 0; i < contexts; ++i) {
+    CUcontext c = nullptr;
+    if (cuCtxCreate_v2(&c, 0, dev) == CUDA_SUCCESS) made.push_back(c);
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + 130 * (i % 7)));
+  }
+  stop = true;
+  churn.join();
+  cuCtxSetCurrent(ctx);
+  std::uint64_t bytes = 0;
+  std::vector<CUdeviceptr> held;
+  for (CUdeviceptr p = 0; cuMemAlloc_v2(&p, 16 << 20) == CUDA_SUCCESS;) {
+    held.push_back(p);
+    bytes += 16 << 20;
+  }
+  std::printf("{\"contexts\":%zu,\"trims\":%ld,\"bytes\":%llu}\n", made.size(), trims.load(),
+              static_cast<unsigned long long>(bytes));
+  std::fflush(stdout);
+  return 0;
+}
+
 // Allocates BYTES, then exits without freeing through an exit path that takes
 // SECONDS: a handler registered before cuInit runs after every handler
 // registered by cuInit, and before the driver's own teardown (as an
@@ -283,11 +395,14 @@ int main(int argc, char** argv) {
     return private_primary_mode(std::strtoull(argv[2], nullptr, 10));
   if (mode == "slow-exit" && argc == 4)
     return slow_exit_mode(std::strtoull(argv[2], nullptr, 10), std::atof(argv[3]));
+  if (mode == "busy" && argc == 3) return busy_mode(std::max(1, std::atoi(argv[2])));
+  if (mode == "trim-race" && argc == 3) return trim_race_mode(std::atoi(argv[2]));
   if (mode == "mixed" && argc == 5)
     return mixed_mode(std::atoi(argv[2]), std::atof(argv[3]),
                       static_cast<unsigned>(std::atoi(argv[4])));
   std::fprintf(stderr,
                "usage: context_probe threads N HOLD_MS | tiny MAX | private-primary STEP |"
-               " mixed THREADS SECONDS SEED | slow-exit BYTES SECONDS\n");
+               " mixed THREADS SECONDS SEED | busy CONTEXTS | trim-race CONTEXTS |"
+               " slow-exit BYTES SECONDS\n");
   return 2;
 }

@@ -126,6 +126,46 @@ def case_processes_threads(b):
               f"{s.peak / MI:.0f} MiB, quota 2048 MiB")
 
 
+def case_busy_process(b):
+    """A process keeping the GPU busy (its launch gate's poller waiting on
+    events, its stream-ordered memory given back at its syncs) creates
+    contexts: each is measured in a window that gets quiet without waiting
+    for the GPU work, and the quota holds by ground truth."""
+    with ct.Node(b) as node:
+        alloc = Standalone(node, "4Gi", overhead="300Mi")
+        with ct.Sampler(node, period=0.002) as s:
+            rc, out, err = alloc.run([probe(b), "busy", "20"])
+        r = ct.last_json(out)
+        check(rc == 0 and r, f"context_probe: {out} {err}")
+        check(r["launches"] > 8, f"the GPU was not kept busy: {r}")
+        check(s.peak <= 4 * GI, f"ground truth peaked at {s.peak} > 4 GiB: {r}")
+        # The window does not wait for the GPU work the process has queued.
+        check(r["median_ms"] < 50, f"context creations waited on the busy GPU: {r}")
+        print(f"  20 contexts made beside a busy GPU ({r['launches']} launches): median "
+              f"{r['median_ms']:.1f} ms, max {r['max_ms']:.1f} ms per creation; ground truth "
+              f"high-water mark {s.peak / MI:.0f} MiB on 4096 MiB")
+
+
+def case_pool_trim_race(b):
+    """Contexts made while another thread's synchronisations give 64 MiB of
+    pool memory back to the device at a time: a trim inside a creation's
+    samples is the pool's, not the context's, so no context is charged low,
+    and filling the quota afterwards never takes the device past it."""
+    with ct.Node(b) as node:
+        alloc = Standalone(node, "8Gi")
+        with ct.Sampler(node, period=0.002) as s:
+            # Creations as slow as a driver's let the trims land inside them.
+            rc, out, err = alloc.run([probe(b), "trim-race", "24"],
+                                     extra={"FAKEGPU_CONTEXT_CREATE_US": "5000"})
+        r = ct.last_json(out)
+        check(rc == 0 and r, f"context_probe: {out} {err}")
+        check(r["contexts"] >= 1 and r["trims"] > 0, f"nothing raced: {r}")
+        check(s.peak <= 8 * GI, f"ground truth peaked at {s.peak} > 8 GiB: {r}")
+        print(f"  {r['contexts']} contexts made beside {r['trims']} pool trims, then "
+              f"{r['bytes'] // MI} MiB allocated; ground truth high-water mark "
+              f"{s.peak / MI:.0f} MiB on 8192 MiB")
+
+
 def case_exit_holds_charge(b):
     """A process's memory stays charged until the process is gone: one that
     fills the quota and then spends a second exiting (its own exit handlers,

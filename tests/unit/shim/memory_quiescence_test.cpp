@@ -1,8 +1,10 @@
 // The quiet window of a measured call: it waits for the memory calls in
 // flight, holds back new ones until it closes, and says when it could not
-// get quiet in time. Orderings are forced with flags, never with sleeps
-// that a slow host could outlast.
+// get quiet in time. Orderings are forced with flags; a sleep only gives a
+// wrong implementation the time to show itself, never decides a pass.
 #include "shim/accounting/memory_quiescence.hpp"
+
+#include "shm/process_slots.hpp"
 
 #include <gtest/gtest.h>
 
@@ -68,7 +70,7 @@ TEST(QuietWindow, HoldsBackNewMemoryCallsUntilItCloses) {
   spin_until(started);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_FALSE(entered.load());
-  EXPECT_EQ(p.in_flight(), 0u) << "a held-back call counts as not in flight";
+  EXPECT_EQ(p.in_flight(), 1u) << "the window alone: a held-back call is not in flight";
   closing = true;
   window.reset();
   caller.join();
@@ -82,7 +84,8 @@ TEST(QuietWindow, LetsTheMeasuringThreadsOwnCallsThrough) {
   const QuietWindow window(p.st);
   EXPECT_TRUE(window.quiet()) << "it waited for its own thread's call";
   const MemoryOp inner(&p.st);  // and makes one inside its window
-  EXPECT_EQ(p.in_flight(), 2u);
+  EXPECT_EQ(p.in_flight(), 3u) << "the outer call, the window, the inner call";
+  EXPECT_TRUE(window.quiet());
 }
 
 TEST(QuietWindow, IsNotQuietWhenACallOutlastsTheWait) {
@@ -104,11 +107,32 @@ TEST(QuietWindow, IsNotQuietWhenACallOutlastsTheWait) {
   caller.join();
 }
 
+TEST(QuietWindow, ACallHeldBackTooLongGoesOnAndSpoilsTheWindow) {
+  Process p;
+  const QuietWindow window(p.st);
+  ASSERT_TRUE(window.quiet());
+  std::thread caller([&] { const MemoryOp op(&p.st); });
+  caller.join();  // returns by itself after kQuietWaitNs
+  EXPECT_FALSE(window.quiet()) << "a call went on inside the window";
+}
+
+TEST(QuietWindow, IsAMemoryCallInFlightToTheDaemon) {
+  Process p;
+  const shm::MemoryOpsMark before = shm::mark_memory_ops(*p.slot);
+  {
+    const QuietWindow window(p.st);
+    EXPECT_FALSE(shm::mark_memory_ops(*p.slot).quiet);
+  }
+  EXPECT_FALSE(shm::memory_ops_quiet_since(*p.slot, before));
+  EXPECT_TRUE(shm::mark_memory_ops(*p.slot).quiet);
+}
+
 TEST(QuietWindow, ANullStateCountsNothing) {
   Process p;
   const QuietWindow window(p.st);
+  const std::uint64_t begun = p.slot->memory_ops_begun.load();
   const MemoryOp op(nullptr);  // the shim passing calls through
-  EXPECT_EQ(p.slot->memory_ops_begun.load(), 0u);
+  EXPECT_EQ(p.slot->memory_ops_begun.load(), begun);
 }
 
 }  // namespace

@@ -414,13 +414,14 @@ void Daemon::ground_truth(std::uint64_t now) {
           auto& slot = usage->slots[slot_index];
           if (shm::slot_state(slot) != shm::SlotState::kActive || nvml_bytes == 0) continue;
           const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_acquire);
+          const std::uint64_t current = slot.overhead[e].load(std::memory_order_acquire);
           const auto mark = marks.find({alloc_id, slot_index});
           if (mark == marks.end() || !shm::memory_ops_quiet_since(slot, mark->second)) continue;
           const std::uint64_t overhead = measured_overhead(nvml_bytes, tracked);
-          const std::uint64_t current = slot.overhead[e].load(std::memory_order_relaxed);
-          // Ignore sub-MiB jitter so the total does not flap.
+          // Ignore sub-MiB jitter so the total does not flap. A call that
+          // began after the check and moved the overhead wins.
           const std::uint64_t diff = overhead > current ? overhead - current : current - overhead;
-          if (diff >= (1u << 20)) ledger.set_overhead(e, slot, overhead);
+          if (diff >= (1u << 20)) ledger.replace_overhead(e, slot, current, overhead);
         }
         const std::uint64_t limit = shm::read_gpu_limits(limits, e).memory_limit_bytes;
         auto [watch, added] = st.memory.try_emplace(e, config_.over_quota_grace_ns);

@@ -90,6 +90,22 @@ class QuotaLedger {
     return old;
   }
 
+  // set_overhead only if the slot's overhead is still `expected` (the
+  // daemon's measurement was taken against it): false and no change when
+  // the owner charged or returned overhead since.
+  bool replace_overhead(unsigned gpu, ProcessSlot& slot, std::uint64_t expected,
+                        std::uint64_t new_value) {
+    if (!slot.overhead[gpu].compare_exchange_strong(expected, new_value, std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed))
+      return false;
+    if (new_value >= expected) {
+      total(gpu).fetch_add(new_value - expected, std::memory_order_acq_rel);
+    } else {
+      total(gpu).fetch_sub(expected - new_value, std::memory_order_release);
+    }
+    return true;
+  }
+
   std::uint64_t used(unsigned gpu) const {
     return usage_->gpus[gpu].used_bytes.load(std::memory_order_acquire);
   }

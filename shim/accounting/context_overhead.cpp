@@ -80,12 +80,42 @@ MemorySample sample_memory(CUdevice ordinal) noexcept {
 
 namespace {
 
-bool pools_reserved(unsigned gpu, CUdevice ordinal, std::uint64_t& bytes) noexcept {
-  PoolFigures pools;
+// The process's memory pools and graph memory pool on one device: the
+// quota their charges hold, and what the driver says they reserve now.
+struct PoolsNow {
+  std::uint64_t charged = 0;
+  std::uint64_t pools = 0;
   std::uint64_t graph = 0;
-  if (!pool_figures(gpu, pools) || !graph_memory_reserved(ordinal, graph)) return false;
-  bytes = pools.reserved + graph;
+  std::uint64_t reserved() const noexcept { return pools + graph; }
+};
+
+bool pools_now(unsigned gpu, CUdevice ordinal, PoolsNow& out) noexcept {
+  PoolFigures pools;
+  std::uint64_t graph_charged = 0;
+  if (!pool_figures(gpu, pools) || !graph_memory_figures(ordinal, graph_charged, out.graph))
+    return false;
+  out.charged = pools.charged + graph_charged;
+  out.pools = pools.reserved;
   return true;
+}
+
+// NVML's figures between two readings of the pools, retaken when a pool
+// moved in between; `known` false when the pools could not be read alike.
+MemorySample bracketed_sample(unsigned gpu, CUdevice ordinal, PoolsNow& at, bool& known) noexcept {
+  known = false;
+  MemorySample s;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    PoolsNow first, second;
+    const bool read = pools_now(gpu, ordinal, first);
+    s = sample_memory(ordinal);
+    if (!read || !pools_now(gpu, ordinal, second)) break;
+    if (first.pools == second.pools && first.graph == second.graph) {
+      at = first;
+      known = true;
+      break;
+    }
+  }
+  return s;
 }
 
 }  // namespace
@@ -93,45 +123,15 @@ bool pools_reserved(unsigned gpu, CUdevice ordinal, std::uint64_t& bytes) noexce
 MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept {
   const unsigned gpu = gpu_index_of_device(st, ordinal);
   if (gpu >= shm::kMaxGpus) return sample_memory(ordinal);
-  MemorySample s;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    std::uint64_t first = 0, second = 0;
-    const bool known = pools_reserved(gpu, ordinal, first);
-    s = sample_memory(ordinal);
-    if (!known || !pools_reserved(gpu, ordinal, second)) break;
-    if (first == second) {
-      s.pools_known = true;
-      s.pools = first;
-      break;
-    }
-  }
+  PoolsNow pools;
+  bool pools_known = false;
+  MemorySample s = bracketed_sample(gpu, ordinal, pools, pools_known);
+  s.pools_known = pools_known;
+  s.pools = pools.reserved();
   s.tracked_known = true;
   s.tracked = st.slot->bytes[gpu].load(std::memory_order_acquire) +
               st.slot->overhead[gpu].load(std::memory_order_acquire);
   return s;
-}
-
-bool estimate_overhead(const MemorySample& before, const MemorySample& after,
-                       std::uint64_t& overhead) noexcept {
-  std::uint64_t grew = 0;
-  if (after.process_known) {
-    // Not listed before: no context of ours on the device yet.
-    const std::uint64_t base = before.process_known ? before.process_used : 0;
-    grew = after.process_used > base ? after.process_used - base : 0;
-  } else if (before.device_known && after.device_known) {
-    grew = before.device_free > after.device_free ? before.device_free - after.device_free : 0;
-  } else {
-    return false;
-  }
-  // Unsigned arithmetic wraps consistently: grew - (after - before) in two's
-  // complement, read as signed to clamp at zero.
-  const std::uint64_t moved =
-      before.tracked_known && after.tracked_known ? after.tracked - before.tracked : 0;
-  const std::uint64_t pools =
-      before.pools_known && after.pools_known ? after.pools - before.pools : 0;
-  const auto own = static_cast<std::int64_t>(grew - moved - pools);
-  overhead = own > 0 ? static_cast<std::uint64_t>(own) : 0;
-  return true;
 }
 
 std::uint64_t default_context_overhead(int cc_major) noexcept {
@@ -259,14 +259,14 @@ void charge_unseen_primary(const AllocationState& st, CUdevice ordinal) noexcept
   // what the shim tracked, else the reservation a creation would have made
   // (also the least it is charged when other memory calls kept running).
   const QuietWindow window(st);
-  const MemorySample now = sample_memory(ordinal);
+  PoolsNow pools;
+  bool pools_known = false;
+  const MemorySample now = bracketed_sample(gpu, ordinal, pools, pools_known);
   // The allocations the shim tracked, with the pools at what they reserve
   // now rather than at what they are charged.
-  PoolFigures pools;
-  const bool pools_known = pool_figures(gpu, pools);
   const std::uint64_t bytes = st.slot->bytes[gpu].load(std::memory_order_acquire);
   const std::uint64_t tracked =
-      (bytes > pools.charged ? bytes - pools.charged : 0) + pools.reserved;
+      (bytes > pools.charged ? bytes - pools.charged : 0) + pools.reserved();
   const bool measured = now.process_known && now.process_used > tracked;
   const std::uint64_t expected = expected_context_overhead(st, ordinal);
   std::uint64_t overhead = measured ? now.process_used - tracked : expected;

@@ -14,40 +14,15 @@
 #include <cstdint>
 #include <mutex>
 
+#include "shim/accounting/overhead_estimate.hpp"
 #include "shim/process/allocation_state.hpp"
 
 namespace cushare::shim {
-
-struct MemorySample {
-  bool process_known = false;  // NVML listed this PID on the device
-  std::uint64_t process_used = 0;
-  bool device_known = false;
-  std::uint64_t device_free = 0;
-  bool nvml = false;  // NVML answered at all
-  // What this process had charged on the device's quota entry when sampled:
-  // other threads allocate and free while a creation is measured, and the
-  // NVML figures move with them.
-  bool tracked_known = false;
-  std::uint64_t tracked = 0;
-  // What the process's memory pools and graph memory pool reserve on the
-  // device: a synchronisation in another thread gives pool memory back to
-  // the device without a memory call, so measurements subtract how this
-  // moved. Read on both sides of the NVML figures, which are retaken when
-  // it moved in between.
-  bool pools_known = false;
-  std::uint64_t pools = 0;
-};
 
 // NVML figures of device `ordinal` now.
 MemorySample sample_memory(CUdevice ordinal) noexcept;
 // The same with this process's charges on that device.
 MemorySample sample_memory(const AllocationState& st, CUdevice ordinal) noexcept;
-
-// Pure: the overhead a context created between `before` and `after` cost,
-// less what the process's own charges and its pools' reservations moved by
-// meanwhile (when both samples know them); false when it cannot be told.
-bool estimate_overhead(const MemorySample& before, const MemorySample& after,
-                       std::uint64_t& overhead) noexcept;
 
 // What a context creation on `ordinal` reserves before the driver call: the
 // overhead the last context measured on that GPU took (any process of the

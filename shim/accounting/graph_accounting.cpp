@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "shim/accounting/memory_accounting.hpp"
-#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/logging.hpp"
 #include "shm/quota_ledger.hpp"
@@ -98,9 +97,19 @@ void graph_memory_expected() noexcept {
   g_expected.store(true, std::memory_order_release);
 }
 
-bool graph_memory_reserved(CUdevice dev, std::uint64_t& bytes) noexcept {
-  bytes = 0;
-  return !g_expected.load(std::memory_order_acquire) || graph_reserved(dev, bytes);
+bool graph_memory_in_use() noexcept {
+  return g_expected.load(std::memory_order_acquire);
+}
+
+bool graph_memory_figures(CUdevice dev, std::uint64_t& charged, std::uint64_t& reserved) noexcept {
+  charged = reserved = 0;
+  if (!g_expected.load(std::memory_order_acquire)) return true;
+  if (dev < 0 || static_cast<unsigned>(dev) >= kMaxDevices) return false;
+  {
+    Guard guard;
+    charged = g_charged[static_cast<unsigned>(dev)];
+  }
+  return graph_reserved(dev, reserved);
 }
 
 void graph_add_alloc(CUgraph graph, std::uint64_t bytes) noexcept {
@@ -145,7 +154,6 @@ bool graph_launch_reserve(const AllocationState& st, CUgraphExec exec,
     have = g_charged[static_cast<unsigned>(dev)] + g_overcharged[static_cast<unsigned>(dev)];
   }
   if (need <= have) return true;  // the graph pool already holds enough (charged)
-  const MemoryOp op(&st);
   if (!reserve(st, gpu, need - have, "cuGraphLaunch (graph memory)")) return false;
   reserved = need - have;
   return true;
@@ -154,9 +162,6 @@ bool graph_launch_reserve(const AllocationState& st, CUgraphExec exec,
 void graph_memory_settle(const AllocationState& st, std::uint64_t reserved) noexcept {
   CUdevice dev = -1;
   const unsigned gpu = allocation_gpu_index(st, dev);
-  // The graph pool's growth itself happened in the launch, outside any
-  // memory call: measurements count it by the pool's reservation.
-  const MemoryOp op(&st);
   if (reserved) release(st, gpu, reserved);
   if (!g_expected.load(std::memory_order_acquire) || dev < 0) return;
   settle_device(st, dev, /*may_trim=*/true);

@@ -15,9 +15,12 @@ namespace cushare::shim {
 
 // A graph with memory nodes was built or captured: launches must settle.
 void graph_memory_expected() noexcept;
-// What the graph memory pool of `dev` holds now (0 while no graph has
-// memory nodes); false when the driver cannot tell.
-bool graph_memory_reserved(CUdevice dev, std::uint64_t& bytes) noexcept;
+// Whether one was: graph launches then move the charges.
+bool graph_memory_in_use() noexcept;
+// The graph memory pool of `dev`: the quota its charge holds (overruns
+// charged as overhead aside), and what the driver says it reserves now (both
+// 0 while no graph has memory nodes); false when the driver cannot tell.
+bool graph_memory_figures(CUdevice dev, std::uint64_t& charged, std::uint64_t& reserved) noexcept;
 
 // Graph memory needs, tracked so a launch can reserve before it runs:
 // allocation nodes added to `graph` (cuGraphAddMemAllocNode, or captured

@@ -11,15 +11,17 @@
 // So each hooked call that moves its charges is a MemoryOp, counted in the
 // process's slot (memory_ops_begun / memory_ops_ended), and each
 // measurement runs in a QuietWindow: new MemoryOps wait until the window
-// closes (at most kQuietWaitNs: one that gives up spoils the window) and
-// the ones in flight are waited for, up to kQuietWaitNs. A window that did
-// not get quiet measures nothing it can trust: the caller keeps its
-// reservation (or the larger figure) and learns nothing. What moves device
-// memory without moving a charge is measured instead: a synchronisation
-// gives pool memory back to the device, a graph launch grows the graph
-// memory pool, so the samples read the pools' reservations too
-// (context_overhead.hpp). Synchronisations, which wait for GPU work, are
-// therefore not MemoryOps, and a busy process still gets quiet windows.
+// closes (at most kQuietWaitNs in all: one that gives up spoils the window,
+// and nothing waits for a spoiled one) and the ones in flight are waited
+// for, up to kQuietWaitNs. A window that did not get quiet measures nothing
+// it can trust: the caller keeps its reservation (or the larger figure) and
+// learns nothing. What moves device memory without moving a charge is
+// read instead: a graph launch grows the graph memory pool, a
+// synchronisation gives pool memory back, so the samples read the pools'
+// reservations too (context_overhead.hpp). A synchronisation is held back
+// as well (SyncOp) once the process has used pools, since a trim half done
+// reads wrong whatever is sampled; in a process without pools it is not,
+// and a busy process's windows do not wait for its GPU work.
 //
 // The hot path of a MemoryOp is two atomic increments on the slot, one
 // load of the window flag and a thread-local count: no lock, no syscall.
@@ -42,10 +44,18 @@ namespace cushare::shim {
 inline constexpr std::uint64_t kQuietWaitNs = 200'000'000;
 
 namespace detail {
-extern constinit std::atomic<std::uint32_t> g_window_open;
-extern constinit std::atomic<bool> g_window_spoiled;
+// The process's measurement window: closed, open (memory calls wait), or
+// spoiled (open, but a call gave up waiting or the calls in flight never
+// ended: nothing waits for it any more).
+inline constexpr std::uint32_t kWindowClosed = 0, kWindowOpen = 1, kWindowSpoiled = 2;
+extern constinit std::atomic<std::uint32_t> g_window;
 extern __attribute__((tls_model("initial-exec"))) constinit thread_local std::uint32_t t_memory_ops;
-void wait_for_window_to_close(shm::ProcessSlot& slot) noexcept;
+// Synchronisations of a process that uses memory pools (SyncOp), counted
+// here: the daemon does not wait for them.
+extern constinit std::atomic<bool> g_pools_in_use;
+extern constinit std::atomic<std::uint64_t> g_syncs_begun, g_syncs_ended;
+void wait_for_window_to_close(std::atomic<std::uint64_t>& begun,
+                              std::atomic<std::uint64_t>& ended) noexcept;
 }  // namespace detail
 
 // Scope of one hooked call that moves this process's device memory or its
@@ -56,8 +66,8 @@ class MemoryOp {
     if (!slot_) return;
     ++detail::t_memory_ops;
     slot_->memory_ops_begun.fetch_add(1, std::memory_order_seq_cst);
-    if (detail::g_window_open.load(std::memory_order_seq_cst)) [[unlikely]]
-      detail::wait_for_window_to_close(*slot_);
+    if (detail::g_window.load(std::memory_order_seq_cst) == detail::kWindowOpen) [[unlikely]]
+      detail::wait_for_window_to_close(slot_->memory_ops_begun, slot_->memory_ops_ended);
   }
   ~MemoryOp() {
     if (!slot_) return;
@@ -70,6 +80,40 @@ class MemoryOp {
  private:
   shm::ProcessSlot* slot_;
 };
+
+// Scope of a synchronisation (the application's, or the launch gate's own
+// event waits) in a process that has used memory pools: where a pool gives
+// what it caches above its release threshold back to the device. A driver
+// may drop a pool's reservation and its device memory at different moments,
+// so no sample can tell a trim half done: windows hold synchronisations
+// back too. A process without pools has nothing to trim, and its windows do
+// not wait for its GPU work.
+class SyncOp {
+ public:
+  SyncOp() noexcept : counted_(detail::g_pools_in_use.load(std::memory_order_acquire)) {
+    if (!counted_) return;
+    ++detail::t_memory_ops;
+    detail::g_syncs_begun.fetch_add(1, std::memory_order_seq_cst);
+    if (detail::g_window.load(std::memory_order_seq_cst) == detail::kWindowOpen) [[unlikely]]
+      detail::wait_for_window_to_close(detail::g_syncs_begun, detail::g_syncs_ended);
+  }
+  ~SyncOp() {
+    if (!counted_) return;
+    detail::g_syncs_ended.fetch_add(1, std::memory_order_release);
+    --detail::t_memory_ops;
+  }
+  SyncOp(const SyncOp&) = delete;
+  SyncOp& operator=(const SyncOp&) = delete;
+
+ private:
+  bool counted_;
+};
+
+// The process allocated from a memory pool: its synchronisations count from now on.
+inline void note_pools_in_use() noexcept {
+  if (!detail::g_pools_in_use.load(std::memory_order_relaxed))
+    detail::g_pools_in_use.store(true, std::memory_order_seq_cst);
+}
 
 // A measurement's window. The caller holds measurement_mutex() (one window
 // at a time per process). The calling thread's own MemoryOps, if it is

@@ -68,6 +68,7 @@ CUresult charged_module_load(const AllocationState& st, ModuleKind kind, const c
                              UnloadCall unload) noexcept {
   const Placement where = placement(st);
   std::lock_guard serial(measurement_mutex());
+  const MemoryOp op(&st);  // the reservation, to the daemon
   const unsigned gpu = gpu_index_of_device(st, where.ordinal);
   if (!reserve(st, gpu, bound, api)) return CUDA_ERROR_OUT_OF_MEMORY;
   const QuietWindow window(st);

@@ -133,6 +133,7 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   }
   auto& rec = pool_record(idx);
   rec.inflight.fetch_add(1, std::memory_order_acq_rel);
+  note_pools_in_use();
 
   if (!reserve(st, gpu, bytes, api)) {
     inflight_done(st, idx);

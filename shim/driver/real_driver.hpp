@@ -127,6 +127,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000, kRequired)                                   \
   X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, kRequired)                                    \
   X(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000, kOptional)                                \
+  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, kRequired)                                \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, kRequired)                              \
   X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, kRequired)
 
@@ -152,7 +153,6 @@ enum class Need : bool { kOptional, kRequired };
   X(cuEventRecord, PFN_cuEventRecord_v2000, kRequired)                                          \
   X(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz, kRequired)                                \
   X(cuEventQuery, PFN_cuEventQuery_v2000, kRequired)                                            \
-  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, kRequired)                                \
   X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080, kOptional)                            \
   X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, kRequired)                                     \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, kOptional)                          \

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "shim/accounting/capture_tracker.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
@@ -511,7 +512,11 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     nanosleep(&ts, nullptr);
     return;
   }
-  const CUresult rc = real().cuEventSynchronize(ev);
+  CUresult rc;
+  {
+    const SyncOp op;  // memory pools may give memory back here
+    rc = real().cuEventSynchronize(ev);
+  }
   std::lock_guard lock(mu_);
   if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
     complete_front_locked(ev, shm::monotonic_ns(), usage);
@@ -537,7 +542,11 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
       if (!batches_.empty()) ev = batches_.front().event;
     }
     if (ev) {
-      const CUresult rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
+      CUresult rc;
+      {
+        const SyncOp op;                // memory pools may give memory back here
+        rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
+      }
       std::lock_guard lock(mu_);
       complete_front_locked(ev, shm::monotonic_ns(), *usage);
       (void)rc;

@@ -26,13 +26,15 @@ namespace {
 template <class Call>
 CUresult measured_create(const AllocationState& st, CUcontext* pctx, CUdevice dev, Call&& call) {
   std::lock_guard serial(measurement_mutex());
+  const MemoryOp op(&st);  // the reservation, to the daemon
   ContextReservation reservation(st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const QuietWindow window(st);
   const MemorySample before = sample_memory(st, dev);
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS || !pctx) return rc;  // the reservation goes back
-  reservation.created(*pctx, before, sample_memory(st, dev), window.quiet());
+  const MemorySample after = sample_memory(st, dev);
+  reservation.created(*pctx, before, after, window.quiet());
   return rc;
 }
 
@@ -128,13 +130,15 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     charge_unseen_primary(*st, dev);
     return r.cuDevicePrimaryCtxRetain(pctx, dev);
   }
+  const MemoryOp op(st);  // the reservation, to the daemon
   ContextReservation reservation(*st, dev);
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const QuietWindow window(*st);
   const MemorySample before = sample_memory(*st, dev);
   const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc != CUDA_SUCCESS) return rc;
-  reservation.created(nullptr, before, sample_memory(*st, dev), window.quiet());
+  const MemorySample after = sample_memory(*st, dev);
+  reservation.created(nullptr, before, after, window.quiet());
   return rc;
 }
 

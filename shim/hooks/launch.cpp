@@ -3,6 +3,7 @@
 // settle graph memory), and stream-capture tracking.
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/graph_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/gate/launch_gate.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/hooks/decls.hpp"
@@ -25,15 +26,31 @@ CUresult gated(CUstream stream, Call&& call) {
 
 // Graph launches and uploads: reserve the graph memory the executable may
 // add first (refuse when it does not fit), settle on the real growth after.
+// From the reservation to the settling the charges are not what the device
+// holds: one memory call, entered once the gate let the launch through.
 template <class Call>
 CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
-  const AllocationState* st = allocation_state();
-  std::uint64_t reserved = 0;
-  if (st && !graph_launch_reserve(*st, exec, reserved)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUresult rc = gate ? gated(stream, call) : call();
-  // After a failure this returns the reservation (nothing grew); with none,
-  // there is nothing to settle.
-  if (st && (rc == CUDA_SUCCESS || reserved)) graph_memory_settle(*st, reserved);
+  if (gate) {
+    if (const CUresult g = launch_gate_enter(stream); g != CUDA_SUCCESS) return g;
+  }
+  CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+  {
+    const AllocationState* st = allocation_state();
+    const bool graph_memory = st && graph_memory_in_use();
+    if (graph_memory) {
+      CUdevice dev;
+      allocation_gpu_index(*st, dev);  // a primary context made unseen is measured first
+    }
+    const MemoryOp op(graph_memory ? st : nullptr);
+    std::uint64_t reserved = 0;
+    if (!st || graph_launch_reserve(*st, exec, reserved)) {
+      rc = call();
+      // After a failure this returns the reservation (nothing grew); with
+      // none, there is nothing to settle.
+      if (st && (rc == CUDA_SUCCESS || reserved)) graph_memory_settle(*st, reserved);
+    }
+  }
+  if (gate) launch_gate_exit(stream, rc);
   return rc;
 }
 
@@ -282,11 +299,13 @@ extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
 
 // Synchronisation: when it returns, the work it waited for is complete; the
 // launch gate learns so at once (gate/tracker.hpp, after_sync), so the
-// idle gap before the next launch is measured rather than charged.
+// idle gap before the next launch is measured rather than charged. Memory
+// pools may give memory back there (SyncOp).
 namespace {
 template <typename Sync>
 CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
   gate::GpuTracker* tr = gate::syncing(stream, whole_context);
+  const SyncOp op;
   const CUresult rc = sync();
   if (tr && rc == CUDA_SUCCESS) tr->after_sync();
   return rc;
@@ -303,8 +322,17 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   // Another context than the current one says nothing about the tracker's.
   CUcontext current = nullptr;
   if (ctx && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
-  if (ctx && ctx != current) return r.cuCtxSynchronize_v2(ctx);
+  if (ctx && ctx != current) {
+    const SyncOp op;
+    return r.cuCtxSynchronize_v2(ctx);
+  }
   return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize_v2(ctx); });
+}
+
+extern "C" CUresult cuEventSynchronize(CUevent hEvent) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuEventSynchronize)
+  const SyncOp op;  // memory pools may give memory back here
+  return r.cuEventSynchronize(hEvent);
 }
 
 extern "C" CUresult cuStreamSynchronize(CUstream hStream) {

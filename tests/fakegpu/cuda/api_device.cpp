@@ -112,14 +112,19 @@ CUresult activate_primary(CUdevice dev) {
   int32_t slot = -1;
   uint64_t generation = 0;
   if (CUresult r = open_engine_slot(ctx->device, &slot, &generation); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> guard(d.mu);
-  ctx->slot = slot;
-  ctx->generation = generation;
-  ctx->flags = d.primary_flags[dev];
-  ctx->last_seq = 0;
-  ctx->default_stream.last_seq = 0;
-  ctx->active = true;
-  d.contexts.push_back(ctx);
+  {
+    std::lock_guard<std::mutex> guard(d.mu);
+    ctx->slot = slot;
+    ctx->generation = generation;
+    ctx->flags = d.primary_flags[dev];
+    ctx->last_seq = 0;
+    ctx->default_stream.last_seq = 0;
+    ctx->active = true;
+    d.contexts.push_back(ctx);
+  }
+  // As slow as a creation (create_context_object); other retains of the
+  // device wait for it on the primary lock, as on a real driver.
+  if (d.config.context_create_us) usleep(static_cast<useconds_t>(d.config.context_create_us));
   return CUDA_SUCCESS;
 }
 

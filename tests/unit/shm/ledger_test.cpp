@@ -51,6 +51,21 @@ TEST(ShmLedger, ReserveReleaseAgainstLimit) {
   EXPECT_FALSE(ledger.try_reserve(2, slot, 1, 30));
 }
 
+TEST(ShmLedger, AReplacedOverheadLosesToTheOwnersChargeSinceTheMeasurement) {
+  auto usage = std::make_unique<UsageRegion>();
+  ProcessSlot& slot = usage->slots[1];
+  slot.state.store(static_cast<std::uint32_t>(SlotState::kActive));
+  QuotaLedger ledger(*usage);
+  ledger.charge_overhead(0, slot, 300);
+  const std::uint64_t measured_against = slot.overhead[0].load();
+  EXPECT_TRUE(ledger.try_charge_overhead(0, slot, 200, 1000));  // a context reserved meanwhile
+  EXPECT_FALSE(ledger.replace_overhead(0, slot, measured_against, 250));
+  EXPECT_EQ(ledger.used(0), 500u) << "the reservation is kept";
+  EXPECT_TRUE(ledger.replace_overhead(0, slot, 500, 450));
+  EXPECT_EQ(ledger.used(0), 450u);
+  EXPECT_EQ(slot.overhead[0].load(), 450u);
+}
+
 TEST(ShmLedger, OverheadChargingMovesTotalByDelta) {
   auto usage = std::make_unique<UsageRegion>();
   ProcessSlot& slot = usage->slots[5];

@@ -97,7 +97,9 @@ bool QuietWindow::quiet() const noexcept {
 
 void quiescence_reset_after_fork() noexcept {
   detail::g_window.store(detail::kWindowClosed, std::memory_order_relaxed);
-  // Only the forking thread lives on, in no synchronisation of the parent's.
+  // Only the forking thread lives on, in no synchronisation of the parent's,
+  // and the parent's pools are not the child's.
+  detail::g_pools_in_use.store(false, std::memory_order_relaxed);
   detail::g_syncs_begun.store(0, std::memory_order_relaxed);
   detail::g_syncs_ended.store(0, std::memory_order_relaxed);
   detail::t_measuring = false;

@@ -548,11 +548,13 @@ def scenario_cleanup(node):
                "--orphan-age-seconds", "0")
     k = node.kubelet
     keep_ids, gone_ids = k.choose(10), None
+    # Listed as running before its Allocate: with a minimum age of 0 a pass
+    # between the Allocate and the listing would find it gone.
+    with k.cond:
+        k.pods = {"running": [keep_ids]}
     keep = k.allocate(keep_ids).annotations["cushare.io/alloc-id"]
     gone_ids = k.choose(10)
     gone = k.allocate(gone_ids).annotations["cushare.io/alloc-id"]
-    with k.cond:
-        k.pods = {"running": [keep_ids]}
     alloc = os.path.join(node.run_dir, "alloc")
     deadline = time.monotonic() + 8
     while os.path.exists(os.path.join(alloc, gone)) and time.monotonic() < deadline:

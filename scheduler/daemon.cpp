@@ -415,9 +415,14 @@ void Daemon::ground_truth(std::uint64_t now) {
           if (shm::slot_state(slot) != shm::SlotState::kActive || nvml_bytes == 0) continue;
           const std::uint64_t tracked = slot.bytes[e].load(std::memory_order_acquire);
           const std::uint64_t current = slot.overhead[e].load(std::memory_order_acquire);
-          const auto mark = marks.find({alloc_id, slot_index});
-          if (mark == marks.end() || !shm::memory_ops_quiet_since(slot, mark->second)) continue;
           const std::uint64_t overhead = measured_overhead(nvml_bytes, tracked);
+          // A call of the process in flight (a charge taken before the driver
+          // allocated, memory freed before its charge went) only makes this
+          // figure low: lowering waits for a quiet process, raising does not,
+          // so counters forged to look busy forever cannot keep a charge down.
+          const auto mark = marks.find({alloc_id, slot_index});
+          const bool quiet = mark != marks.end() && shm::memory_ops_quiet_since(slot, mark->second);
+          if (!quiet && overhead < current) continue;
           // Ignore sub-MiB jitter so the total does not flap. A call that
           // began after the check and moved the overhead wins.
           const std::uint64_t diff = overhead > current ? overhead - current : current - overhead;

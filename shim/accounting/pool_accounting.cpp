@@ -14,11 +14,10 @@
 // shim does not hook).
 #include "shim/accounting/pool_accounting.hpp"
 
-#include "shim/accounting/memory_quiescence.hpp"
-
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/graph_accounting.hpp"
 #include "shim/accounting/memory_accounting.hpp"
+#include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/pool_table.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/process/logging.hpp"

@@ -12,6 +12,7 @@ Usage: attacks.py CASE --build-dir BUILD
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -208,6 +209,42 @@ def case_forged_ledger(b):
         wait_for(lambda: used(folder) == 0, "the ledger back at 0 once every process is gone")
         print(f"  ground truth peaked at {s.peak // MI} MiB on 2048 MiB; greedy killed after "
               f"{killed_at:.2f} s; ledger back to 0, no wrap")
+
+
+def case_forged_overhead(b):
+    """A tenant that drops its process's context overhead from its ledger and
+    forges a memory call forever in flight in its slot (so the daemon never
+    finds the process quiet) is charged the overhead again at the daemon's
+    next reconciliation: forged counters only keep the daemon from lowering
+    a charge, never from raising it."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "2Gi")
+        c = ct.Container(node, folder)
+        holder = c.popen([alloc_probe(b), "--step", "256Mi", "--max", "256Mi",
+                          "--hold-seconds", "30"])
+        wait_for(lambda: used(folder) >= 256 * MI + 200 * MI, "the holder's context and memory")
+        usage = cr.Region.map(os.path.join(folder, "usage"))
+        slot = next(s["slot"] for s in usage.slots((cr.SLOT_ACTIVE,)) if s["bytes"][0] > 0)
+        overhead = usage.get("slots", slot, "overhead")[0]
+        check(overhead >= 200 * MI, f"no context overhead charged: {overhead}")
+        # The tenant writes its own region (0666 by design).
+        usage.set(7, "slots", slot, "memory_ops_begun")
+        usage.set(0, "slots", slot, "memory_ops_ended")
+        at = cr.offset("usage", "slots", slot, "overhead")
+        struct.pack_into("<Q", usage.buf, at, 0)
+        usage.set(usage.get("gpus", 0, "used_bytes") - overhead, "gpus", 0, "used_bytes")
+        t0 = time.monotonic()
+        wait_for(lambda: usage.get("slots", slot, "overhead")[0] >= overhead - MI,
+                 "the daemon charging the overhead again", timeout=10)
+        back = time.monotonic() - t0
+        check(usage.get("slots", slot, "memory_ops_begun") == 7, "the forged counters moved")
+        usage.close()
+        holder.kill()
+        holder.wait()
+        print(f"  overhead of {overhead // MI} MiB dropped with a call forged in flight: "
+              f"charged again after {back:.2f} s")
 
 
 def case_forged_demand(b):

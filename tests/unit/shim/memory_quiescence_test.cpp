@@ -37,11 +37,14 @@ TEST(QuietWindow, IsQuietAtOnceWithNoMemoryCallInFlight) {
   EXPECT_TRUE(window.quiet());
 }
 
-TEST(QuietWindow, WaitsForTheMemoryCallsInFlight) {
-  Process p;
+// Another thread is inside a call made by `enter` for 20 ms while a window
+// opens: the window is quiet only once the call ended (a host too slow to
+// end it within the wait leaves the window untrusted instead).
+template <class Enter>
+void expect_window_waits_for(Process& p, Enter enter) {
   std::atomic<bool> inside{false}, ending{false};
   std::thread caller([&] {
-    const MemoryOp op(&p.st);
+    const auto op = enter();
     inside = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ending = true;
@@ -49,11 +52,14 @@ TEST(QuietWindow, WaitsForTheMemoryCallsInFlight) {
   spin_until(inside);
   {
     const QuietWindow window(p.st);
-    // Quiet only once the call ended (a host too slow to end it within the
-    // wait leaves the window untrusted instead).
-    EXPECT_TRUE(ending.load() || !window.quiet()) << "quiet while a memory call was in flight";
+    EXPECT_TRUE(ending.load() || !window.quiet()) << "quiet while a call was in flight";
   }
   caller.join();
+}
+
+TEST(QuietWindow, WaitsForTheMemoryCallsInFlight) {
+  Process p;
+  expect_window_waits_for(p, [&] { return std::make_unique<MemoryOp>(&p.st); });
   EXPECT_EQ(p.in_flight(), 0u);
 }
 
@@ -139,19 +145,7 @@ TEST(QuietWindow, WaitsForSynchronisationsOnceThePoolsAreInUse) {
     EXPECT_TRUE(window.quiet());
   }
   note_pools_in_use();
-  std::atomic<bool> inside{false}, ending{false};
-  std::thread syncing([&] {
-    const SyncOp op;
-    inside = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ending = true;
-  });
-  spin_until(inside);
-  {
-    const QuietWindow window(p.st);
-    EXPECT_TRUE(ending.load() || !window.quiet()) << "quiet while a pool could be trimmed";
-  }
-  syncing.join();
+  expect_window_waits_for(p, [] { return std::make_unique<SyncOp>(); });
   EXPECT_EQ(p.slot->memory_ops_begun.load() - p.slot->memory_ops_ended.load(), 0u)
       << "the daemon does not see synchronisations";
 }

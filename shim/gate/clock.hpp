@@ -1,13 +1,10 @@
 // The launch gate's clock: CLOCK_MONOTONIC nanoseconds, read from the CPU's
-// time-stamp counter through a per-thread anchor (shim/gate/tsc_clock.hpp) where
-// the kernel itself keeps time with it (clocksource "tsc"), else from
+// counter through a per-thread anchor (shim/gate/tsc_clock.hpp) where the
+// kernel vouches for the counter (shim/gate/clock_source.hpp), else from
 // clock_gettime(). CUSHARE_GATE_CLOCK=monotonic forces clock_gettime().
 #pragma once
 
 #include <cstdint>
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 #include "shim/gate/tsc_clock.hpp"
 
@@ -24,16 +21,13 @@ std::uint64_t reanchor_now_ns() noexcept;
 // No syscall and no lock: one counter read and a multiply while the
 // thread's anchor covers it (all but about one call per millisecond).
 inline std::uint64_t gate_now_ns() noexcept {
-#if defined(__x86_64__)
-  const tsc::Anchor& a = detail::t_clock_anchor;
-  std::uint64_t ns;
-  if (a.max_ticks != 0 && tsc::convert(a, __rdtsc(), ns)) [[likely]]
-    return ns;
-#endif
+  if constexpr (tsc::kHasCounter) {
+    const tsc::Anchor& a = detail::t_clock_anchor;
+    std::uint64_t ns;
+    if (a.max_ticks != 0 && tsc::convert(a, tsc::read_counter(), ns)) [[likely]]
+      return ns;
+  }
   return detail::reanchor_now_ns();
 }
-
-// Whether gate_now_ns() reads the counter (after calibration) in this process.
-bool gate_clock_uses_tsc() noexcept;
 
 }  // namespace cushare::shim::gate

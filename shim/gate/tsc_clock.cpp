@@ -2,12 +2,26 @@
 
 namespace cushare::shim::tsc {
 namespace {
-// Plausible counter rates: 100 MHz to 20 GHz.
+// Plausible counter rates: 10 MHz (an aarch64 generic timer runs at 25 MHz
+// to 1 GHz) to 20 GHz.
 constexpr Mult kMinMult = (1ull << 32) / 20;  // 0.05 ns per tick
-constexpr Mult kMaxMult = 10ull << 32;        // 10 ns per tick
+constexpr Mult kMaxMult = 100ull << 32;       // 100 ns per tick
+
+// Whether `previous`, converting `ticks` past its span, lands within
+// kMaxAnchorErrorNs of `ns` (or is too old, or no anchor, to say).
+bool agrees(const Anchor& previous, std::uint64_t ticks, std::uint64_t ns) noexcept {
+  if (previous.max_ticks == 0 || ns < previous.ns || ns - previous.ns >= kCheckSpanNs) return true;
+  const std::uint64_t d = ticks - previous.ticks;  // wraps when the counter went back
+  // Under kCheckSpanNs of clock time, the counter must not be back or twice
+  // as far ahead (the product below then stays in 64 bits).
+  if (d >= 2 * (kCheckSpanNs / kAnchorSpanNs) * previous.max_ticks) return false;
+  const std::uint64_t predicted = previous.ns + ((d * previous.mult) >> 32);
+  const std::uint64_t error = predicted > ns ? predicted - ns : ns - predicted;
+  return error <= kMaxAnchorErrorNs;
+}
 }  // namespace
 
-Anchor Calibration::anchor(std::uint64_t ticks, std::uint64_t ns) noexcept {
+Anchor Calibration::anchor(std::uint64_t ticks, std::uint64_t ns, const Anchor& previous) noexcept {
   const Anchor clock_only{.ticks = ticks, .ns = ns};
   int state = state_.load(std::memory_order_acquire);
   if (state == kEmpty) {
@@ -19,6 +33,10 @@ Anchor Calibration::anchor(std::uint64_t ticks, std::uint64_t ns) noexcept {
     }
   }
   if (state != kBased) return clock_only;  // being set up by another thread, or broken
+  if (!agrees(previous, ticks, ns)) {
+    state_.store(kBroken, std::memory_order_release);
+    return clock_only;
+  }
   // Readings within the first baseline only wait: a thread racing the one
   // that took the base may even pair an earlier time with it.
   if (ns < base_ns_ + kMinBaselineNs) return clock_only;

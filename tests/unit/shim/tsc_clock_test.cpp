@@ -128,6 +128,63 @@ TEST(TscClock, ImplausibleRatesAreDropped) {
   EXPECT_TRUE(cal.broken());
 }
 
+// A thread's new paired reading against its previous anchor.
+struct Reanchor {
+  Calibration cal;
+  FakeCounter c;
+  Anchor first;
+  std::uint64_t at = 0;
+  Reanchor() {
+    cal.anchor(c.ticks_at(c.ns0), c.ns0);
+    at = c.ns0 + kMinBaselineNs;
+    first = cal.anchor(c.ticks_at(at), at);
+  }
+};
+
+TEST(TscClock, AReanchorThatAgreesWithThePreviousAnchorKeepsTheCounter) {
+  Reanchor r;
+  ASSERT_GT(r.first.max_ticks, 0u);
+  const std::uint64_t next = r.at + kAnchorSpanNs + 3'000;
+  EXPECT_GT(r.cal.anchor(r.c.ticks_at(next) + 10, next, r.first).max_ticks, 0u);
+  EXPECT_FALSE(r.cal.broken());
+}
+
+TEST(TscClock, ACounterThatJumpedSinceTheThreadsLastAnchorIsDropped) {
+  // Another CPU's counter, 100 us ahead of this one's (not synchronised).
+  Reanchor r;
+  const std::uint64_t next = r.at + 2 * kAnchorSpanNs;
+  EXPECT_EQ(r.cal.anchor(r.c.ticks_at(next + 100'000), next, r.first).max_ticks, 0u);
+  EXPECT_TRUE(r.cal.broken());
+}
+
+TEST(TscClock, ACounterBehindTheThreadsLastAnchorIsDropped) {
+  Reanchor r;
+  const std::uint64_t next = r.at + kAnchorSpanNs / 2;
+  EXPECT_EQ(r.cal.anchor(r.first.ticks - 5'000, next, r.first).max_ticks, 0u);
+  EXPECT_TRUE(r.cal.broken());
+}
+
+TEST(TscClock, AnOldAnchorIsNotCheckedAgainst) {
+  // A thread idle for a while: its anchor says nothing about the counter now
+  // (a jump too small for the calibration's own check stays unnoticed).
+  Reanchor r;
+  const std::uint64_t next = r.at + kCheckSpanNs;
+  EXPECT_GT(r.cal.anchor(r.c.ticks_at(next + 100'000), next, r.first).max_ticks, 0u);
+  EXPECT_FALSE(r.cal.broken());
+}
+
+TEST(TscClock, AGenericTimerOf25MHzIsPlausible) {
+  Calibration cal;
+  FakeCounter c{.ghz = 0.025};
+  cal.anchor(c.ticks_at(c.ns0), c.ns0);
+  const std::uint64_t at = c.ns0 + 2 * kMinBaselineNs;
+  const Anchor a = cal.anchor(c.ticks_at(at), at);
+  ASSERT_GT(a.max_ticks, 0u);
+  std::uint64_t ns = 0;
+  ASSERT_TRUE(convert(a, c.ticks_at(at + 400'000), ns));
+  EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(at + 400'000), 40.0);  // a tick
+}
+
 TEST(TscClock, ConcurrentAnchorsAgree) {
   Calibration cal;
   FakeCounter c;

@@ -10,7 +10,7 @@
 namespace cushare::shim::gate {
 
 namespace detail {
-__attribute__((tls_model("initial-exec"))) constinit thread_local tsc::Anchor t_clock_anchor;
+__attribute__((tls_model("initial-exec"))) constinit thread_local tsc::ThreadAnchors t_clock;
 }  // namespace detail
 
 namespace {
@@ -42,21 +42,18 @@ int source() noexcept {
 
 std::uint64_t detail::reanchor_now_ns() noexcept {
   if (tsc::kHasCounter && source() == kCounter && !g_calibration.broken()) {
-    // A paired reading: the counter between two clock reads close together
-    // (retried when the thread was preempted in between).
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const std::uint64_t before = shm::monotonic_ns();
-      const std::uint64_t ticks = tsc::read_counter();
-      const std::uint64_t after = shm::monotonic_ns();
-      if (after - before > tsc::kMaxPairSkewNs) continue;
-      const std::uint64_t ns = before + (after - before) / 2;
-      const tsc::Anchor previous = t_clock_anchor;
-      t_clock_anchor = g_calibration.anchor(ticks, ns, previous);
-      return ns;
-    }
+    return tsc::paired_reading(
+        g_calibration, t_clock, [] { return shm::monotonic_ns(); },
+        [] { return tsc::read_counter(); });
   }
-  t_clock_anchor = {};
+  t_clock.current = {};
   return shm::monotonic_ns();
+}
+
+const char* prepare_gate_clock() noexcept {
+  gate_now_ns();  // the calibration's base, and the source decided before any launch
+  if (source() != kCounter) return "clock_gettime";
+  return tsc::kCounterName;
 }
 
 }  // namespace cushare::shim::gate

@@ -59,7 +59,9 @@ bool counter_trusted(CounterArch arch, const ClockFacts& facts) noexcept {
   switch (arch) {
     case CounterArch::kX86_64:
       if (has_word(facts.current, "tsc")) return true;
-      return has_word(facts.available, "tsc") && has_word(facts.cpu_flags, "constant_tsc") &&
+      return (has_word(facts.current, "kvm-clock") ||
+              has_word(facts.current, "hyperv_clocksource_tsc_page")) &&
+             has_word(facts.available, "tsc") && has_word(facts.cpu_flags, "constant_tsc") &&
              has_word(facts.cpu_flags, "nonstop_tsc");
     case CounterArch::kAarch64:
       return has_word(facts.current, "arch_sys_counter");

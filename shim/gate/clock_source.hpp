@@ -26,13 +26,16 @@ constexpr CounterArch kCounterArch =
     CounterArch::kNone;
 #endif
 
-// x86-64: the TSC, where the kernel keeps time with it, or where it still
-// lists it as a clocksource it could switch to (its watchdog delists a TSC
-// it found unstable or unsynchronised, and a hypervisor's guest marks a
-// TSC that is not invariant unstable from boot) and the CPU says it runs
-// at a constant rate through frequency changes and idle states
-// (constant_tsc, nonstop_tsc). The usual case of the second: a KVM guest
-// keeping time with kvm-clock over an invariant TSC.
+// x86-64: the TSC, where the kernel keeps time with it; or in a KVM or
+// Hyper-V guest keeping time with the hypervisor's clock (kvm-clock, the
+// Hyper-V TSC page: both the TSC, scaled), where the kernel still lists the
+// TSC as a clocksource it could switch to and the CPU says it runs at a
+// constant rate through frequency changes and idle states (constant_tsc,
+// nonstop_tsc). The kernel delists a TSC its watchdog found unstable, and a
+// guest given a TSC that is not invariant marks it unstable from boot; the
+// hypervisor keeps a guest's TSCs in step. Not on bare metal: there a
+// kernel that does not keep time with the TSC has found something wrong
+// with it.
 // aarch64: the generic timer's virtual count, where the kernel keeps time
 // with it (arch_sys_counter, its only clocksource on most systems).
 bool counter_trusted(CounterArch arch, const ClockFacts& facts) noexcept;

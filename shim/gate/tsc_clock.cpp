@@ -2,11 +2,6 @@
 
 namespace cushare::shim::tsc {
 namespace {
-// Plausible counter rates: 10 MHz (an aarch64 generic timer runs at 25 MHz
-// to 1 GHz) to 20 GHz.
-constexpr Mult kMinMult = (1ull << 32) / 20;  // 0.05 ns per tick
-constexpr Mult kMaxMult = 100ull << 32;       // 100 ns per tick
-
 // Whether `previous`, converting `ticks` past its span, lands within
 // kMaxAnchorErrorNs of `ns` (or is too old, or no anchor, to say).
 bool agrees(const Anchor& previous, std::uint64_t ticks, std::uint64_t ns) noexcept {
@@ -60,7 +55,7 @@ void Calibration::refine(std::uint64_t ticks, std::uint64_t ns) noexcept {
   const std::uint64_t elapsed_ticks = ticks - base_ticks_;
   const Mult mult = static_cast<Mult>((static_cast<unsigned __int128>(span) << 32) / elapsed_ticks);
   const Mult old = mult_.load(std::memory_order_relaxed);
-  const bool plausible = mult >= kMinMult && mult <= kMaxMult;
+  const bool plausible = mult >= kMinMult && mult <= max_mult_;
   const bool steady = old == 0 || (mult > old ? mult - old : old - mult) <= old / kRateTolerance;
   if (!plausible || !steady) {
     state_.store(kBroken, std::memory_order_release);

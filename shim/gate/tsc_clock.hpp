@@ -51,6 +51,13 @@ inline constexpr bool kHasCounter =
     false;
 #endif
 
+inline constexpr const char* kCounterName =
+#if defined(__aarch64__)
+    "the generic timer (cntvct_el0)";
+#else
+    "the time-stamp counter";
+#endif
+
 // The counter. Not ordered against earlier loads (no fence, no isb): a
 // reading taken a few nanoseconds early is as good as one on time here.
 inline std::uint64_t read_counter() noexcept {
@@ -67,6 +74,19 @@ inline std::uint64_t read_counter() noexcept {
 
 // ns per counter tick, as a 32.32 fixed-point factor.
 using Mult = std::uint64_t;
+
+// Plausible rates: up to 20 GHz, down to 500 MHz for an x86 TSC (it runs at
+// the CPU's nominal frequency) and to 7.8 MHz for an aarch64 generic timer
+// (25 MHz to 1 GHz on the parts we know).
+inline constexpr Mult kMinMult = (1ull << 32) / 20;  // 0.05 ns per tick
+inline constexpr Mult kMaxMultX86 = 2ull << 32;      // 2 ns per tick
+inline constexpr Mult kMaxMultAarch64 = 128ull << 32;
+inline constexpr Mult kMaxMult =
+#if defined(__aarch64__)
+    kMaxMultAarch64;
+#else
+    kMaxMultX86;
+#endif
 
 struct Anchor {
   std::uint64_t ticks = 0;
@@ -89,6 +109,8 @@ inline bool convert(const Anchor& a, std::uint64_t ticks, std::uint64_t& ns) noe
 // rates.
 class Calibration {
  public:
+  explicit Calibration(Mult max_mult = kMaxMult) noexcept : max_mult_(max_mult) {}
+
   // An anchor for a paired reading taken now (ticks read just before ns).
   // `previous`: the thread's anchor before this reading, checked against it.
   Anchor anchor(std::uint64_t ticks, std::uint64_t ns, const Anchor& previous = {}) noexcept;
@@ -102,11 +124,43 @@ class Calibration {
   enum : int { kEmpty, kSetting, kBased, kBroken };
   void refine(std::uint64_t ticks, std::uint64_t ns) noexcept;
 
+  const Mult max_mult_;
   std::atomic<int> state_{kEmpty};
   std::uint64_t base_ticks_ = 0;  // written once, before state_ becomes kBased
   std::uint64_t base_ns_ = 0;
   std::atomic<Mult> mult_{0};
   std::atomic<std::uint64_t> mult_baseline_ns_{0};
 };
+
+// A thread's anchors: the one it converts with (max_ticks 0: none), and the
+// last one that converted, kept through failed paired readings (a thread
+// preempted in one is the one likely to have moved CPUs) for the next
+// paired reading's check.
+struct ThreadAnchors {
+  Anchor current;
+  Anchor checked;
+};
+
+// A thread's paired reading: the counter between two clock reads close
+// together, retried (up to three times) when the thread was preempted in
+// between. Returns the clock's time and anchors the thread (or leaves it
+// without an anchor: the counter is not to be used yet, or at all).
+template <class ReadClock, class ReadCounter>
+std::uint64_t paired_reading(Calibration& cal, ThreadAnchors& thread, ReadClock&& read_clock,
+                             ReadCounter&& read_counter) noexcept {
+  if (thread.current.max_ticks != 0) thread.checked = thread.current;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::uint64_t before = read_clock();
+    const std::uint64_t ticks = read_counter();
+    const std::uint64_t after = read_clock();
+    if (after - before > kMaxPairSkewNs) continue;
+    const std::uint64_t ns = before + (after - before) / 2;
+    thread.current = cal.anchor(ticks, ns, thread.checked);
+    if (thread.current.max_ticks != 0) thread.checked = thread.current;
+    return ns;
+  }
+  thread.current = {};
+  return read_clock();
+}
 
 }  // namespace cushare::shim::tsc

@@ -18,6 +18,7 @@
 #include "shim/devices/device_uuid.hpp"
 #include "shim/devices/visible_devices.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/clock.hpp"
 #include "shim/process/fork_reset.hpp"
 #include "shim/process/logging.hpp"
 #include "shim/process/shim_env.hpp"
@@ -360,6 +361,7 @@ CUresult initialize_locked() {
     }
   }
   register_process_hooks_once();
+  log().info("launch gate clock: {}", gate::prepare_gate_clock());
   detail::g_state.store(&st, std::memory_order_release);
   detail::g_mode.store(ShimMode::kActive, std::memory_order_release);
   return CUDA_SUCCESS;

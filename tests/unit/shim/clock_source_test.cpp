@@ -14,10 +14,22 @@ TEST(ClockSource, TheTscIsTrustedWhereTheKernelKeepsTimeWithIt) {
                               {.current = "tsc\n", .available = "tsc hpet acpi_pm \n"}));
 }
 
-TEST(ClockSource, AnInvariantTscTheKernelStillListsIsTrustedUnderKvmClock) {
+TEST(ClockSource, AnInvariantTscTheKernelStillListsIsTrustedUnderAHypervisorsClock) {
   EXPECT_TRUE(counter_trusted(CounterArch::kX86_64, {.current = "kvm-clock\n",
                                                      .available = "kvm-clock tsc acpi_pm \n",
                                                      .cpu_flags = kInvariant}));
+  EXPECT_TRUE(counter_trusted(CounterArch::kX86_64,
+                              {.current = "hyperv_clocksource_tsc_page\n",
+                               .available = "hyperv_clocksource_tsc_page tsc acpi_pm \n",
+                               .cpu_flags = kInvariant}));
+}
+
+TEST(ClockSource, OnBareMetalOnlyTheKernelsOwnChoiceCounts) {
+  // Listed and invariant, but the kernel keeps time with something else:
+  // it has seen something wrong with the TSC (or was told to).
+  EXPECT_FALSE(counter_trusted(
+      CounterArch::kX86_64,
+      {.current = "hpet\n", .available = "tsc hpet acpi_pm \n", .cpu_flags = kInvariant}));
 }
 
 TEST(ClockSource, ATscTheKernelDelistedOrThatIsNotInvariantIsNot) {
@@ -32,11 +44,11 @@ TEST(ClockSource, ATscTheKernelDelistedOrThatIsNotInvariantIsNot) {
   EXPECT_FALSE(counter_trusted(CounterArch::kX86_64, {.current = "kvm-clock\n",
                                                       .available = "kvm-clock tsc \n",
                                                       .cpu_flags = " fpu tsc nonstop_tsc\n"}));
-  // Words, not substrings: "tsc_early" or "tsc_known_freq" are not "tsc".
-  EXPECT_FALSE(counter_trusted(CounterArch::kX86_64, {.current = "tsc_early\n"}));
+  // Words, not substrings: "tsc-early" is not "tsc".
+  EXPECT_FALSE(counter_trusted(CounterArch::kX86_64, {.current = "tsc-early\n"}));
   EXPECT_FALSE(counter_trusted(CounterArch::kX86_64,
                                {.current = "hyperv_clocksource_tsc_page\n",
-                                .available = "hyperv_clocksource_tsc_page tsc_early \n",
+                                .available = "hyperv_clocksource_tsc_page tsc-early \n",
                                 .cpu_flags = kInvariant}));
   // Nothing readable (no sysfs in the container): the clock.
   EXPECT_FALSE(counter_trusted(CounterArch::kX86_64, {}));

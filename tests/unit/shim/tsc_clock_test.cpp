@@ -173,16 +173,86 @@ TEST(TscClock, AnOldAnchorIsNotCheckedAgainst) {
   EXPECT_FALSE(r.cal.broken());
 }
 
-TEST(TscClock, AGenericTimerOf25MHzIsPlausible) {
+TEST(TscClock, AGenericTimerOf25MHzIsPlausibleOnAarch64Only) {
+  for (const Mult max_mult : {kMaxMultAarch64, kMaxMultX86}) {
+    Calibration cal(max_mult);
+    FakeCounter c{.ghz = 0.025};
+    cal.anchor(c.ticks_at(c.ns0), c.ns0);
+    const std::uint64_t at = c.ns0 + 2 * kMinBaselineNs;
+    const Anchor a = cal.anchor(c.ticks_at(at), at);
+    if (max_mult == kMaxMultX86) {
+      EXPECT_EQ(a.max_ticks, 0u);  // no TSC runs at 25 MHz
+      EXPECT_TRUE(cal.broken());
+      continue;
+    }
+    ASSERT_GT(a.max_ticks, 0u);
+    std::uint64_t ns = 0;
+    ASSERT_TRUE(convert(a, c.ticks_at(at + 400'000), ns));
+    EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(at + 400'000), 40.0);  // a tick
+  }
+}
+
+// A clock and a counter for paired_reading(): the counter at 2.5 GHz, plus
+// `jump` ticks; each clock read advances the clock by `read_ns`.
+struct FakeHost {
+  FakeCounter c;
+  std::uint64_t now;
+  std::uint64_t read_ns = 20;
+  std::uint64_t jump = 0;
+  FakeHost() : now(c.ns0) {}
+  std::uint64_t clock() { return now += read_ns; }
+  std::uint64_t counter() const { return c.ticks_at(now) + jump; }
+  std::uint64_t reading(Calibration& cal, ThreadAnchors& t) {
+    return paired_reading(
+        cal, t, [this] { return clock(); }, [this] { return counter(); });
+  }
+};
+
+TEST(TscClock, APairedReadingAnchorsTheThread) {
   Calibration cal;
-  FakeCounter c{.ghz = 0.025};
-  cal.anchor(c.ticks_at(c.ns0), c.ns0);
-  const std::uint64_t at = c.ns0 + 2 * kMinBaselineNs;
-  const Anchor a = cal.anchor(c.ticks_at(at), at);
-  ASSERT_GT(a.max_ticks, 0u);
-  std::uint64_t ns = 0;
-  ASSERT_TRUE(convert(a, c.ticks_at(at + 400'000), ns));
-  EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(at + 400'000), 40.0);  // a tick
+  FakeHost host;
+  ThreadAnchors t;
+  host.reading(cal, t);  // the base
+  EXPECT_EQ(t.current.max_ticks, 0u);
+  host.now += kMinBaselineNs;
+  const std::uint64_t ns = host.reading(cal, t);
+  ASSERT_GT(t.current.max_ticks, 0u);
+  EXPECT_EQ(t.current.ns, ns);
+  EXPECT_EQ(t.checked.ns, ns);
+}
+
+TEST(TscClock, APreemptedPairedReadingIsRetakenOrLeavesNoAnchor) {
+  Calibration cal;
+  FakeHost host;
+  ThreadAnchors t;
+  host.reading(cal, t);
+  host.now += kMinBaselineNs;
+  host.read_ns = kMaxPairSkewNs + 1;  // every pair too far apart
+  host.reading(cal, t);
+  EXPECT_EQ(t.current.max_ticks, 0u);
+  EXPECT_FALSE(cal.broken());
+}
+
+TEST(TscClock, AThreadPreemptedInAReadingIsStillCheckedAtItsNext) {
+  // The thread converted with an anchor, then failed a paired reading (and
+  // was moved to a CPU whose counter is 100 us ahead): its next reading is
+  // checked against the anchor it last converted with.
+  Calibration cal;
+  FakeHost host;
+  ThreadAnchors t;
+  host.reading(cal, t);
+  host.now += kMinBaselineNs;
+  host.reading(cal, t);
+  ASSERT_GT(t.current.max_ticks, 0u);
+  host.now += kAnchorSpanNs;
+  host.read_ns = kMaxPairSkewNs + 1;
+  host.reading(cal, t);
+  ASSERT_EQ(t.current.max_ticks, 0u);
+  host.read_ns = 20;
+  host.jump = 250'000;  // 100 us at 2.5 GHz
+  host.reading(cal, t);
+  EXPECT_EQ(t.current.max_ticks, 0u);
+  EXPECT_TRUE(cal.broken());
 }
 
 TEST(TscClock, ConcurrentAnchorsAgree) {

@@ -206,16 +206,20 @@ struct FakeHost {
     return paired_reading(
         cal, t, [this] { return clock(); }, [this] { return counter(); });
   }
+  // The calibration's base, then a reading a baseline later.
+  std::uint64_t calibrate(Calibration& cal, ThreadAnchors& t) {
+    reading(cal, t);
+    EXPECT_EQ(t.current.max_ticks, 0u);
+    now += kMinBaselineNs;
+    return reading(cal, t);
+  }
 };
 
 TEST(TscClock, APairedReadingAnchorsTheThread) {
   Calibration cal;
   FakeHost host;
   ThreadAnchors t;
-  host.reading(cal, t);  // the base
-  EXPECT_EQ(t.current.max_ticks, 0u);
-  host.now += kMinBaselineNs;
-  const std::uint64_t ns = host.reading(cal, t);
+  const std::uint64_t ns = host.calibrate(cal, t);
   ASSERT_GT(t.current.max_ticks, 0u);
   EXPECT_EQ(t.current.ns, ns);
   EXPECT_EQ(t.checked.ns, ns);
@@ -229,6 +233,7 @@ TEST(TscClock, APreemptedPairedReadingIsRetakenOrLeavesNoAnchor) {
   host.now += kMinBaselineNs;
   host.read_ns = kMaxPairSkewNs + 1;  // every pair too far apart
   host.reading(cal, t);
+  // (the next reading would anchor)
   EXPECT_EQ(t.current.max_ticks, 0u);
   EXPECT_FALSE(cal.broken());
 }
@@ -240,9 +245,7 @@ TEST(TscClock, AThreadPreemptedInAReadingIsStillCheckedAtItsNext) {
   Calibration cal;
   FakeHost host;
   ThreadAnchors t;
-  host.reading(cal, t);
-  host.now += kMinBaselineNs;
-  host.reading(cal, t);
+  host.calibrate(cal, t);
   ASSERT_GT(t.current.max_ticks, 0u);
   host.now += kAnchorSpanNs;
   host.read_ns = kMaxPairSkewNs + 1;

@@ -460,6 +460,8 @@ void Daemon::ground_truth(std::uint64_t now) {
       const std::int64_t charged = charged_between(ref->charged_at_sample, mark());
       const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window);
       if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
+      ref->lease_busy.observe(entry.busy, charged, window);
+      if (sched.has_tenant(ref->id)) sched.set_busy_scale(ref->id, ref->lease_busy.scale());
       ref->charged_at_sample = mark();
       if (v.unleased) {
         const std::string why = fmt::format(

@@ -87,6 +87,7 @@ class Daemon {
     // balance of what NVML saw against it.
     ChargeMark charged_at_sample;
     BusyBalance busy;
+    LeaseBusyRatio lease_busy;
   };
   // What the daemon knows of an allocation beyond its regions.
   struct AllocationState {

@@ -44,6 +44,18 @@ BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::int64_t c
   return v;
 }
 
+void LeaseBusyRatio::observe(std::uint64_t truth_ns, std::int64_t charged_ns,
+                             std::uint64_t window_ns) {
+  if (truth_ns == 0 || charged_ns <= 0 || window_ns == 0) return;
+  const double charged = static_cast<double>(charged_ns);
+  if (charged < kMinChargedShare * static_cast<double>(window_ns)) return;
+  const double truth = static_cast<double>(truth_ns);
+  const bool first = truth_ == 0;
+  charged_ = first ? charged : (1 - kWindowWeight) * charged_ + kWindowWeight * charged;
+  truth_ = first ? truth : (1 - kWindowWeight) * truth_ + kWindowWeight * truth;
+  scale_ = std::clamp(charged_ / truth_, 1.0, kMaxScale);
+}
+
 std::int64_t charged_between(ChargeMark then, ChargeMark now) {
   if (now.incarnation != then.incarnation) return static_cast<std::int64_t>(now.attributed_ns);
   return static_cast<std::int64_t>(now.attributed_ns - then.attributed_ns);  // modular: signed

@@ -61,6 +61,34 @@ class BusyBalance {
   int unleased_windows_ = 0;
 };
 
+// The other side of the balance: how much lease time a tenant is charged
+// per ns of GPU time ground truth shows it using. Leases are charged as wall
+// time, and idle stretches inside them that the refunds miss (a lease held
+// through the tenant's host work on a loaded host) make a capped tenant
+// reach its cap in charges while it runs below it. Its cap is applied to the
+// charge divided by this scale (LeaseScheduler::set_busy_scale), so that it
+// holds for measured GPU time, within kMaxScale: a tenant that holds its
+// leases idle on purpose gains no GPU time by it, and holds at most
+// kMaxScale times its cap in leases.
+class LeaseBusyRatio {
+ public:
+  static constexpr double kMaxScale = 1.25;
+  // Each window's weight in the running figures.
+  static constexpr double kWindowWeight = 0.5;
+  // Windows charged less than this share of their length say little.
+  static constexpr double kMinChargedShare = 0.02;
+
+  // As BusyBalance::observe. A window without GPU time by NVML is left out:
+  // the tenant's processes may be ones NVML does not show (not attributed).
+  void observe(std::uint64_t truth_ns, std::int64_t charged_ns, std::uint64_t window_ns);
+  // Charged lease time per ns of GPU time, in [1, kMaxScale].
+  double scale() const { return scale_; }
+
+ private:
+  double charged_ = 0, truth_ = 0;  // running (exponentially weighted) figures
+  double scale_ = 1;
+};
+
 // The scheduler's cumulative charge of a tenant (net of refunds) at one
 // sample, and which time the tenant had joined the scheduler then
 // (TenantStats::incarnation).

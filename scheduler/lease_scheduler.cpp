@@ -15,6 +15,12 @@ double cap_fraction(const TenantPolicy& p) {
   return std::clamp<std::uint32_t>(p.limit_pct, 1, 100) / 100.0;
 }
 
+// Lease time a capped tenant may be charged per ns of wall time: its cap,
+// scaled by the lease time ground truth finds per ns of its GPU time.
+double lease_cap_rate(const TenantPolicy& p, double busy_scale) {
+  return cap_fraction(p) * busy_scale;
+}
+
 // Process-wide: a "*" tenant moves between the schedulers of two GPUs.
 std::atomic<std::uint64_t> next_incarnation{1};
 
@@ -112,7 +118,7 @@ void LeaseScheduler::settle_release_refund(Tenant& t) {
     t.stats.refunded_ns -= std::min(a, t.stats.refunded_ns);
     t.vtime += static_cast<double>(a) / weight_of(t.policy);
     if (t.policy.mode == Mode::kCapped)
-      t.cap_clock += static_cast<double>(a) / cap_fraction(t.policy);
+      t.cap_clock += static_cast<double>(a) / lease_cap_rate(t.policy, t.busy_scale);
     r = {};
   } else if (submit > r.idle_since) {
     r = {};  // it came back through a new lease: the refund stands
@@ -129,7 +135,7 @@ void LeaseScheduler::refund(Tenant& t) {
   t.stats.refunded_ns += r;
   t.vtime -= static_cast<double>(r) / weight_of(t.policy);
   if (t.policy.mode == Mode::kCapped)
-    t.cap_clock -= static_cast<double>(r) / cap_fraction(t.policy);
+    t.cap_clock -= static_cast<double>(r) / lease_cap_rate(t.policy, t.busy_scale);
 }
 
 void LeaseScheduler::adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now) {
@@ -154,7 +160,7 @@ void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
   t.stats.attributed_ns += d;
   t.vtime += static_cast<double>(d) / weight_of(t.policy);
   if (t.policy.mode == Mode::kCapped) {
-    t.cap_clock += static_cast<double>(d) / cap_fraction(t.policy);
+    t.cap_clock += static_cast<double>(d) / lease_cap_rate(t.policy, t.busy_scale);
   }
   if (!t.history.empty() && t.history.back().second == from) {
     t.history.back().second = to;
@@ -163,6 +169,12 @@ void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
   }
 }
 
+void LeaseScheduler::set_busy_scale(TenantId id, double scale) {
+  auto it = tenants_.find(id);
+  if (it != tenants_.end()) it->second.busy_scale = std::clamp(scale, 1.0, 2.0);
+}
+
+// GPU time itself (not lease time): at the cap alone.
 void LeaseScheduler::charge_unleased(TenantId id, std::uint64_t ns) {
   auto it = tenants_.find(id);
   if (it == tenants_.end() || ns == 0) return;

@@ -248,6 +248,11 @@ class LeaseScheduler {
   // lease time (not in the achieved-share window, which follows the leases).
   void charge_unleased(TenantId id, std::uint64_t ns);
 
+  // Lease time charged per ns of GPU time ground truth shows (>= 1,
+  // sched::LeaseBusyRatio): a capped tenant's cap clock advances by its
+  // charge divided by this, so that the cap holds for GPU time.
+  void set_busy_scale(TenantId id, double scale);
+
   // Continues a lease found in the regions at start-up (daemon restart).
   void adopt_lease(TenantId id, std::uint64_t expiry_ns, std::uint64_t now);
 
@@ -265,8 +270,9 @@ class LeaseScheduler {
   struct Tenant {
     TenantPolicy policy;
     TenantSignals signals;
-    double vtime = 0;      // attributed ns / weight
-    double cap_clock = 0;  // capped only: earliest time of the next grant
+    double vtime = 0;       // attributed ns / weight
+    double cap_clock = 0;   // capped only: earliest time of the next grant
+    double busy_scale = 1;  // set_busy_scale()
     std::uint64_t last_demand_ns = 0;
     bool was_candidate = false;
     std::uint64_t left_at_ns = 0;        // when it last stopped wanting the GPU

@@ -231,6 +231,34 @@ TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagg
   EXPECT_EQ(flagged_at, BusyBalance::kUnleasedWindows);
 }
 
+TEST(LeaseBusyRatio, FollowsTheLeaseTimePerNsOfGpuTime) {
+  LeaseBusyRatio r;
+  EXPECT_EQ(r.scale(), 1.0);
+  for (int i = 0; i < 20; ++i) r.observe(150 * kMs, 165 * kMs, 500 * kMs);
+  EXPECT_NEAR(r.scale(), 1.1, 1e-9);
+  // The tenant's leases fill up: the scale follows within a few windows.
+  for (int i = 0; i < 20; ++i) r.observe(150 * kMs, 150 * kMs, 500 * kMs);
+  EXPECT_NEAR(r.scale(), 1.0, 0.01);
+}
+
+TEST(LeaseBusyRatio, NeverBelowOneNorAboveItsBound) {
+  LeaseBusyRatio r;
+  for (int i = 0; i < 20; ++i) r.observe(200 * kMs, 150 * kMs, 500 * kMs);  // work past the charge
+  EXPECT_EQ(r.scale(), 1.0);
+  for (int i = 0; i < 40; ++i) r.observe(20 * kMs, 150 * kMs, 500 * kMs);  // leases held idle
+  EXPECT_EQ(r.scale(), LeaseBusyRatio::kMaxScale);
+}
+
+TEST(LeaseBusyRatio, WindowsThatSayLittleAreLeftOut) {
+  LeaseBusyRatio r;
+  r.observe(100 * kMs, 110 * kMs, 500 * kMs);
+  const double before = r.scale();
+  r.observe(0, 150 * kMs, 500 * kMs);      // NVML shows none of its processes
+  r.observe(1 * kMs, 5 * kMs, 500 * kMs);  // hardly charged
+  r.observe(100 * kMs, -20, 500 * kMs);    // refunds took back more than the window charged
+  EXPECT_EQ(r.scale(), before);
+}
+
 TEST(ChargedBetween, RefundsChargeNothingAndAComebackChargesItsWholeNewRun) {
   constexpr std::int64_t ms = 1'000'000;
   EXPECT_EQ(charged_between({1, 300 * kMs}, {1, 420 * kMs}), 120 * ms);

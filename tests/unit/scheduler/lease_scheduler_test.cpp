@@ -25,6 +25,7 @@ struct SimTenant {
   bool publishes_resume = true;  // its shim stamps resumed_ns
   double duty = 1.0;             // of its lease time, the part its work is on the GPU; the
                                  // rest its gate reports as idle gaps (idle_ns)
+  bool reports_idle = true;      // false: the idle part goes unreported (a starved poller)
   // Like the real gate: submits only while its queue (overrun_ns of work)
   // would end inside the lease, so it drains by an expiry on time and
   // overruns only a lease cut short.
@@ -82,7 +83,8 @@ class Sim {
                 lease_cut || (now / (100 * kUs)) % 2 ? t.cut_overrun_ns : t.overrun_ns;
           if (t.publishes_resume && s.resumed_ns < t.granted_at)
             s.resumed_ns = t.granted_at + t.wake_ns;  // when the simulated GPU starts it
-          s.idle_ns += static_cast<std::uint64_t>(static_cast<double>(dt) * (1.0 - t.duty));
+          if (t.reports_idle)
+            s.idle_ns += static_cast<std::uint64_t>(static_cast<double>(dt) * (1.0 - t.duty));
         } else {
           s.waiting = t.busy ? 1 : 0;
         }
@@ -690,6 +692,28 @@ TEST(LeaseScheduler, IdleGapsInsideLeasesAreRefundedSoCapsHoldInBusyTime) {
     EXPECT_NEAR(s[1], 30.0, 1.0) << "duty " << duty;
     EXPECT_GT(sim.sched.stats(1).refunded_ns, 0u);
   }
+}
+
+TEST(LeaseScheduler, ABusyScaleFromGroundTruthMakesUpForIdleTheRefundsMiss) {
+  // Idle inside its leases that no gate reported: charged lease time, its
+  // cap gives it 30 x duty of the GPU; with the lease time ground truth finds
+  // per ns of its GPU time as the busy scale, its cap.
+  for (double duty : {0.9, 0.85}) {
+    Sim sim;
+    sim.add(1, capped(30), {.duty = duty, .reports_idle = false});
+    EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * duty, 1.0) << "duty " << duty;
+    sim.sched.set_busy_scale(1, 1.0 / duty);
+    EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0, 1.0) << "duty " << duty;
+  }
+}
+
+TEST(LeaseScheduler, TheBusyScaleIsBounded) {
+  Sim sim;
+  sim.add(1, capped(30), {.duty = 0.25, .reports_idle = false});
+  sim.sched.set_busy_scale(1, 4.0);  // at most 2 here, 1.25 from LeaseBusyRatio
+  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25 * 2, 1.0);
+  sim.sched.set_busy_scale(1, 0.5);  // never below 1: lease time is at least GPU time
+  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25, 1.0);
 }
 
 TEST(LeaseScheduler, BurstTenantsSplitBusyTimeByWeightWhateverTheirDuty) {

@@ -458,10 +458,20 @@ void Daemon::ground_truth(std::uint64_t now) {
         return ChargeMark{.incarnation = st.incarnation, .attributed_ns = st.attributed_ns};
       };
       const std::int64_t charged = charged_between(ref->charged_at_sample, mark());
-      const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window);
+      // Only a cap is scaled (a burst tenant's virtual time is not): the
+      // scale its charges were held to in this window weighs them.
+      const bool capped = ref->policy.mode == Mode::kCapped;
+      const double scale = capped ? ref->lease_busy.scale() : 1.0;
+      const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window, scale);
       if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
       ref->lease_busy.observe(entry.busy, charged, window);
-      if (sched.has_tenant(ref->id)) sched.set_busy_scale(ref->id, ref->lease_busy.scale());
+      if (capped && sched.has_tenant(ref->id))
+        sched.set_busy_scale(ref->id, ref->lease_busy.scale());
+      spdlog::debug(
+          "allocation {} gpu {}: NVML {} us of GPU time in {} us, charged {} us; {} us "
+          "charged on top; lease time per GPU time {:.3f}",
+          alloc_id, e, entry.busy / 1000, window / 1000, charged / 1000, v.charge_ns / 1000,
+          ref->lease_busy.scale());
       ref->charged_at_sample = mark();
       if (v.unleased) {
         const std::string why = fmt::format(

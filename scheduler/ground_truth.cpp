@@ -1,6 +1,7 @@
 #include "scheduler/ground_truth.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cushare::sched {
 
@@ -26,10 +27,13 @@ bool MemoryWatch::observe(std::uint64_t used, std::uint64_t limit, std::uint64_t
 }
 
 BusyBalance::Verdict BusyBalance::observe(std::uint64_t truth_ns, std::int64_t charged_ns,
-                                          std::uint64_t window_ns) {
+                                          std::uint64_t window_ns, double scale) {
   Verdict v;
   const auto excess = static_cast<std::int64_t>(truth_ns) - charged_ns;
-  balance_ = std::max<std::int64_t>(balance_ + excess, -static_cast<std::int64_t>(kBankNs));
+  const double weight = std::isfinite(scale) ? std::clamp(scale, 1.0, kMaxBusyScale) : 1.0;
+  const auto gpu_charge = static_cast<std::int64_t>(static_cast<double>(charged_ns) / weight);
+  balance_ = std::max<std::int64_t>(balance_ + static_cast<std::int64_t>(truth_ns) - gpu_charge,
+                                    -static_cast<std::int64_t>(kBankNs));
   if (balance_ > 0) {
     v.charge_ns = static_cast<std::uint64_t>(balance_);
     balance_ = 0;

@@ -10,6 +10,8 @@
 #include <span>
 #include <string_view>
 
+#include "scheduler/lease_scheduler.hpp"
+
 namespace cushare::sched {
 
 enum class OverQuotaAction { kKill, kLog };
@@ -54,7 +56,15 @@ class BusyBalance {
   // `truth_ns`: the tenant's processes' GPU time in the window by NVML;
   // `charged_ns`: what the scheduler attributed to it over the same window,
   // net of refunds (negative where refunds took back more than it charged).
-  Verdict observe(std::uint64_t truth_ns, std::int64_t charged_ns, std::uint64_t window_ns);
+  // `scale`: the lease time per ns of GPU time its cap was held to in the
+  // window (LeaseBusyRatio; 1 where none was). The balance weighs the charge
+  // at that scale: idle lease time the scale already made up for is not
+  // banked a second time, and GPU time the scale let through beyond the cap
+  // (a tenant whose idle stopped) is charged on top. The unleased check
+  // weighs the whole charge: an honest tenant at the scale's bound is never
+  // flagged for it.
+  Verdict observe(std::uint64_t truth_ns, std::int64_t charged_ns, std::uint64_t window_ns,
+                  double scale = 1);
 
  private:
   std::int64_t balance_ = 0;  // truth minus charge, carried; >= -kBankNs
@@ -72,7 +82,7 @@ class BusyBalance {
 // kMaxScale times its cap in leases.
 class LeaseBusyRatio {
  public:
-  static constexpr double kMaxScale = 1.25;
+  static constexpr double kMaxScale = kMaxBusyScale;
   // Each window's weight in the running figures.
   static constexpr double kWindowWeight = 0.5;
   // Windows charged less than this share of their length say little.

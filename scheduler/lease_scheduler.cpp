@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <limits>
 
 namespace cushare::sched {
@@ -171,7 +172,8 @@ void LeaseScheduler::charge(Tenant& t, std::uint64_t from, std::uint64_t to) {
 
 void LeaseScheduler::set_busy_scale(TenantId id, double scale) {
   auto it = tenants_.find(id);
-  if (it != tenants_.end()) it->second.busy_scale = std::clamp(scale, 1.0, 2.0);
+  if (it == tenants_.end()) return;
+  it->second.busy_scale = std::isfinite(scale) ? std::clamp(scale, 1.0, kMaxBusyScale) : 1.0;
 }
 
 // GPU time itself (not lease time): at the cap alone.

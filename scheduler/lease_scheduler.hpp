@@ -12,10 +12,12 @@
 //  - weighted fair queueing: next holder = least virtual time
 //    (attributed time / weight) among tenants with demand;
 //  - the cap of `capped` tenants, enforced as a rate with a bounded bank:
-//    each attributed ns advances the tenant's cap clock by 1/limit ns and it
-//    may only be granted while its cap clock is not ahead of now; the clock
-//    never lags now by more than cap_bank_ns, so in any interval T it is
-//    charged at most limit x (T + cap_bank) plus one quantum.
+//    each attributed ns advances the tenant's cap clock by 1/(limit x scale)
+//    ns and it may only be granted while its cap clock is not ahead of now;
+//    the clock never lags now by more than cap_bank_ns, so in any interval T
+//    it is charged at most limit x scale x (T + cap_bank) plus one quantum.
+//    The scale (1 to kMaxBusyScale, set_busy_scale) is the lease time ground
+//    truth finds per ns of the tenant's GPU time: the cap holds for GPU time.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,10 @@
 namespace cushare::sched {
 
 using TenantId = std::uint32_t;
+
+// The most lease time a capped tenant is given per ns of its cap
+// (set_busy_scale; sched::LeaseBusyRatio measures it).
+inline constexpr double kMaxBusyScale = 1.25;
 
 struct SchedulerConfig {
   std::uint64_t quantum_ns = 10'000'000;
@@ -248,9 +254,10 @@ class LeaseScheduler {
   // lease time (not in the achieved-share window, which follows the leases).
   void charge_unleased(TenantId id, std::uint64_t ns);
 
-  // Lease time charged per ns of GPU time ground truth shows (>= 1,
-  // sched::LeaseBusyRatio): a capped tenant's cap clock advances by its
-  // charge divided by this, so that the cap holds for GPU time.
+  // Lease time charged per ns of GPU time ground truth shows (clamped to
+  // [1, kMaxBusyScale]; sched::LeaseBusyRatio): a capped tenant's cap clock
+  // advances by its lease charge divided by this, so that the cap holds for
+  // GPU time.
   void set_busy_scale(TenantId id, double scale);
 
   // Continues a lease found in the regions at start-up (daemon restart).

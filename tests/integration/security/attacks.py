@@ -330,6 +330,33 @@ def case_forged_idle(b):
         print(f"  capped 30 % forging idle gaps and early drains: {share:.1f} %")
 
 
+def case_hidden_idle(b):
+    """A capped-30 tenant with 2 ms of host work per 4 ms of GPU work whose
+    usage region never reports an idle gap (idle_ns pinned): its leases are
+    charged through its host work and only ground truth shows it below its
+    cap. The daemon holds the cap to GPU time (the lease time it charges per
+    ns of GPU time NVML shows scales the cap, up to 1.25), so by ground truth
+    it still gets its cap: it gains nothing and loses nothing."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "30",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        lives = ct.lifetime(8.0, settle=3.0)
+        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--sync-every", "4",
+                     "--host-gap-us", "2000", "--seconds", lives])
+        forger = c.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
+                          "/var/run/cushare/usage", lives, "--hide-idle"])
+        node.wait_running({"t": p})
+        m = node.shares({"t": p}, 8.0, settle=3.0)
+        share = m.shares["t"]
+        stop(p, forger)
+        check(node.daemon_alive(), node.daemon_log())
+        check(27 <= share <= 33, f"the capped-30 tenant hiding its idle gaps got {share:.1f} %")
+        print(f"  capped 30 % with host gaps, its idle gaps hidden: {share:.1f} %")
+
+
 def case_hostile_usage(b):
     """For 30 s a tenant flips the size of its usage file and writes random
     bytes into it: the daemon never crashes or hangs, another tenant's cap

@@ -231,6 +231,28 @@ TEST(BusyBalance, WorkBeyondTheChargeIsChargedAndSustainedWorkWithoutLeasesFlagg
   EXPECT_EQ(flagged_at, BusyBalance::kUnleasedWindows);
 }
 
+TEST(BusyBalance, IdleTheScaleMadeUpForIsNotBankedTwice) {
+  // A capped tenant held to 1.25 x its cap in lease time, 20 % of it idle:
+  // its charge at the scale is its GPU time, so nothing is banked, and GPU
+  // time it takes without a lease next is charged whole.
+  BusyBalance scaled, unscaled;
+  EXPECT_EQ(scaled.observe(200 * kMs, 250 * kMs, 500 * kMs, 1.25).charge_ns, 0u);
+  EXPECT_EQ(unscaled.observe(200 * kMs, 250 * kMs, 500 * kMs).charge_ns, 0u);
+  EXPECT_EQ(scaled.observe(300 * kMs, 200 * kMs, 500 * kMs, 1.25).charge_ns, 140 * kMs);
+  EXPECT_EQ(unscaled.observe(300 * kMs, 200 * kMs, 500 * kMs).charge_ns, 50 * kMs);
+}
+
+TEST(BusyBalance, GpuTimeTheScaleLetThroughBeyondTheCapIsChargedButNotFlagged) {
+  // Its idle stopped while the scale was still up: its leases were all GPU
+  // time, 25 % beyond what its cap allows.
+  BusyBalance b;
+  for (int i = 0; i < 2 * BusyBalance::kUnleasedWindows; ++i) {
+    const auto v = b.observe(500 * kMs, 500 * kMs, 500 * kMs, 1.25);
+    EXPECT_EQ(v.charge_ns, 100 * kMs);
+    EXPECT_FALSE(v.unleased);
+  }
+}
+
 TEST(LeaseBusyRatio, FollowsTheLeaseTimePerNsOfGpuTime) {
   LeaseBusyRatio r;
   EXPECT_EQ(r.scale(), 1.0);

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 namespace cushare::sched {
@@ -707,12 +708,25 @@ TEST(LeaseScheduler, ABusyScaleFromGroundTruthMakesUpForIdleTheRefundsMiss) {
   }
 }
 
+TEST(LeaseScheduler, RefundsAreTakenBackAtTheScaleTheChargesWereMadeAt) {
+  // Idle gaps reported and refunded, and a scale on top: the cap clock moves
+  // back by a refund as far as the charge moved it forward, so the tenant
+  // gets its cap x scale of lease time's work, no more.
+  Sim sim;
+  sim.add(1, capped(30), {.duty = 0.6});
+  sim.sched.set_busy_scale(1, 1.2);
+  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 36.0, 1.0);
+  EXPECT_GT(sim.sched.stats(1).refunded_ns, 0u);
+}
+
 TEST(LeaseScheduler, TheBusyScaleIsBounded) {
   Sim sim;
   sim.add(1, capped(30), {.duty = 0.25, .reports_idle = false});
-  sim.sched.set_busy_scale(1, 4.0);  // at most 2 here, 1.25 from LeaseBusyRatio
-  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25 * 2, 1.0);
+  sim.sched.set_busy_scale(1, 4.0);
+  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25 * kMaxBusyScale, 1.0);
   sim.sched.set_busy_scale(1, 0.5);  // never below 1: lease time is at least GPU time
+  EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25, 1.0);
+  sim.sched.set_busy_scale(1, std::nan(""));
   EXPECT_NEAR(measure(sim, 200 * kMs, 2000 * kMs)[1], 30.0 * 0.25, 1.0);
 }
 

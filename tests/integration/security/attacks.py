@@ -305,6 +305,28 @@ def case_forged_drain(b):
               f"{share['big']:.1f} %")
 
 
+def capped30_beside_forger(b, worker_args, forger_flag, window, settle):
+    """A capped-30 tenant running spin_worker with `worker_args` while
+    forge_drain.py `forger_flag` forges its usage region: its ground-truth
+    share of the device (cushare_timing.Measured) over `window` seconds."""
+    ct.need_root()
+    with ct.Node(b) as node:
+        node.start_daemon()
+        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "30",
+                             "--mode", "capped")
+        c = ct.Container(node, folder)
+        lives = ct.lifetime(window, settle=settle)
+        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", *worker_args,
+                     "--seconds", lives])
+        forger = c.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
+                          "/var/run/cushare/usage", lives, forger_flag])
+        node.wait_running({"t": p})
+        measured = node.shares({"t": p}, window, settle=settle)
+        stop(p, forger)
+        check(node.daemon_alive(), node.daemon_log())
+        return measured
+
+
 def case_forged_idle(b):
     """A capped-30 tenant that keeps forging its usage region so that every
     lease looks idle (idle_ns growing faster than time, its queue declared
@@ -312,22 +334,9 @@ def case_forged_idle(b):
     charge, so the lease charge alone no longer holds it. Ground truth does:
     GPU time NVML shows beyond the charge is charged on top, so its share
     stays near its cap."""
-    ct.need_root()
-    with ct.Node(b) as node:
-        node.start_daemon()
-        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "30",
-                             "--mode", "capped")
-        c = ct.Container(node, folder)
-        lives = ct.lifetime(6.0, settle=1.5)
-        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--seconds", lives])
-        forger = c.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
-                          "/var/run/cushare/usage", lives, "--idle"])
-        node.wait_running({"t": p})
-        share = node.shares({"t": p}, 6.0, settle=1.5).highest("t")
-        stop(p, forger)
-        check(node.daemon_alive(), node.daemon_log())
-        check(share <= 30 + 5, f"the idle-forging capped-30 tenant got {share:.1f} %")
-        print(f"  capped 30 % forging idle gaps and early drains: {share:.1f} %")
+    share = capped30_beside_forger(b, [], "--idle", 6.0, 1.5).highest("t")
+    check(share <= 30 + 5, f"the idle-forging capped-30 tenant got {share:.1f} %")
+    print(f"  capped 30 % forging idle gaps and early drains: {share:.1f} %")
 
 
 def case_hidden_idle(b):
@@ -337,24 +346,10 @@ def case_hidden_idle(b):
     cap. The daemon holds the cap to GPU time (the lease time it charges per
     ns of GPU time NVML shows scales the cap, up to 1.25), so by ground truth
     it still gets its cap: it gains nothing and loses nothing."""
-    ct.need_root()
-    with ct.Node(b) as node:
-        node.start_daemon()
-        folder = node.create("team", "--memory-limit", "4Gi", "--compute-limit", "30",
-                             "--mode", "capped")
-        c = ct.Container(node, folder)
-        lives = ct.lifetime(8.0, settle=3.0)
-        p = c.popen([b.sample("spin_worker"), "--kernel-us", "1000", "--sync-every", "4",
-                     "--host-gap-us", "2000", "--seconds", lives])
-        forger = c.popen(["/usr/bin/python3", os.path.join(HERE, "forge_drain.py"),
-                          "/var/run/cushare/usage", lives, "--hide-idle"])
-        node.wait_running({"t": p})
-        m = node.shares({"t": p}, 8.0, settle=3.0)
-        share = m.shares["t"]
-        stop(p, forger)
-        check(node.daemon_alive(), node.daemon_log())
-        check(27 <= share <= 33, f"the capped-30 tenant hiding its idle gaps got {share:.1f} %")
-        print(f"  capped 30 % with host gaps, its idle gaps hidden: {share:.1f} %")
+    share = capped30_beside_forger(b, ["--sync-every", "4", "--host-gap-us", "2000"],
+                                   "--hide-idle", 8.0, 3.0).shares["t"]
+    check(27 <= share <= 33, f"the capped-30 tenant hiding its idle gaps got {share:.1f} %")
+    print(f"  capped 30 % with host gaps, its idle gaps hidden: {share:.1f} %")
 
 
 def case_hostile_usage(b):

@@ -617,8 +617,12 @@ def case_gate_demand(h):
         samples = []
         deadline = time.monotonic() + 10
         while len(samples) < 60 and time.monotonic() < deadline:
-            if os.path.exists(os.path.join(h.run_dir, "usage")):
-                samples.append(read_demand(h))
+            try:
+                # The shim creates the region in place and publishes its magic
+                # last: a file that exists may not be a region yet.
+                samples.append(cr.read(h.run_dir, "usage").get("gpus", 0, "demand"))
+            except cr.RegionError:
+                pass
             time.sleep(0.01)
         if p.poll() is not None:
             raise Failure(f"spin_worker exited early: {p.stderr.read()}")

@@ -18,9 +18,12 @@ Node.start_daemon()).
 
 Import with:  sys.path.insert(0, <repo>/tests/lib); import cushare_test as ct
 """
+import contextlib
+import fcntl
 import json
 import os
 import pwd
+import queue
 import shlex
 import shutil
 import signal
@@ -39,6 +42,10 @@ SKIP = 77
 MI = 1 << 20
 GI = 1 << 30
 TENANT_USER = "cushare-tenant"
+# Held by every test of this toolkit while it adds the test user or copies
+# /etc: tests run in parallel, and useradd's lock and temporary files in /etc
+# come and go under a concurrent `cp -a /etc`.
+USER_DB_LOCK = "/tmp/cushare-tenant-user.lock"
 CONTAINER_LIBRARY = "/usr/local/lib/cushare/libcushare.so"  # where cusharectl mounts it
 
 # What a container runtime (Docker's default set) leaves to container root:
@@ -73,14 +80,40 @@ def need_root():
             skip_or_fail(f"{tool} is not installed")
 
 
+@contextlib.contextmanager
+def user_db_lock():
+    """USER_DB_LOCK, held for the block."""
+    fd = os.open(USER_DB_LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _tenant_entry():
+    try:
+        return pwd.getpwnam(TENANT_USER)
+    except KeyError:
+        return None
+
+
 def tenant_user():
     """(uid, gid) of the unprivileged test user, created when missing."""
-    try:
-        pw = pwd.getpwnam(TENANT_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        TENANT_USER], check=True, capture_output=True)
-        pw = pwd.getpwnam(TENANT_USER)
+    pw = _tenant_entry()
+    if pw is None:
+        with user_db_lock():
+            # Another test may have added it while this one waited for the lock.
+            pw = _tenant_entry()
+            if pw is None:
+                r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                                    "/usr/sbin/nologin", TENANT_USER], capture_output=True,
+                                   text=True)
+                # A useradd outside this toolkit may have won the race: its
+                # user is as good as ours.
+                pw = _tenant_entry()
+                if pw is None:
+                    raise Failure(f"useradd {TENANT_USER} exited {r.returncode}: {r.stderr}")
     return pw.pw_uid, pw.pw_gid
 
 
@@ -416,6 +449,34 @@ class Sampler:
         self._observe()
 
 
+class LineReader:
+    """A process's output pipe, line by line, with a deadline: a bare
+    readline() blocks for good on a process that hangs, and a process that
+    ended gives "" where a caller wanted a line."""
+
+    def __init__(self, stream):
+        self._lines = queue.Queue()
+        self._ended = False
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def line(self, deadline):
+        """The next line; None once `deadline` (time.monotonic()) has passed
+        or the output has ended."""
+        if self._ended:
+            return None
+        try:
+            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        self._ended = line is None
+        return line
+
+
 def lifetime(window, settle=1.0):
     """`--seconds` for a tenant that Node.shares(window, settle) measures:
     its start, settling, and every window the host's steal may call for."""
@@ -444,7 +505,10 @@ class Container:
         self.uid, self.gid = uid, gid
         self.etc = os.path.join(node.tmp, f"etc-{os.path.basename(folder)}-{uid}")
         if not os.path.isdir(self.etc):
-            subprocess.run(["cp", "-a", "/etc", self.etc], check=True)
+            with user_db_lock():
+                r = subprocess.run(["cp", "-a", "/etc", self.etc], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise Failure(f"cp -a /etc {self.etc} exited {r.returncode}: {r.stderr}")
             with open(os.path.join(self.etc, "ld.so.preload"), "w"):
                 pass  # the mount point for the node's file
 

@@ -48,6 +48,23 @@ class Standalone:
         out, err = p.communicate(timeout=timeout)
         return p.returncode, out, err
 
+    def hold(self, argv, what):
+        """Starts `argv`, a process that prints a JSON line once it holds its
+        memory and then keeps it: (the process, its line) once printed."""
+        p = self.popen(argv)
+        line = ct.LineReader(p.stdout).line(time.monotonic() + 60)
+        if line is None or ct.last_json(line) is None:
+            stop(p)
+            check(False, f"{what} reported no allocation (exit status {p.returncode}): "
+                         f"{line!r} {p.stderr.read()}")
+        return p, ct.last_json(line)
+
+
+def stop(p):
+    """Kills a holder the case is done with (Node.close would, later)."""
+    p.kill()
+    p.wait()
+
 
 def case_two_processes(b):
     """The first process fills a 4 GiB allocation; a second one starting into
@@ -55,10 +72,11 @@ def case_two_processes(b):
     with ct.Node(b) as node:
         alloc = Standalone(node, "4Gi")
         with ct.Sampler(node) as s:
-            first = alloc.popen([b.sample("alloc_probe"), "--step", "64Mi", "--hold-seconds", "3"])
-            time.sleep(1.5)
+            # Holds until killed: the second process may be slow to start.
+            first, _ = alloc.hold([b.sample("alloc_probe"), "--step", "64Mi", "--hold-seconds",
+                                   "120"], "the first process")
             rc, out, err = alloc.run([b.sample("alloc_probe"), "--step", "64Mi"])
-            first.wait(timeout=30)
+            stop(first)
         r = ct.last_json(out)
         check(s.peak <= 4 * GI, f"ground truth peaked at {s.peak} > 4 GiB")
         check(rc != 0 or (r and r["bytes"] == 0),
@@ -74,11 +92,11 @@ def case_threads_race(b):
     with ct.Node(b) as node:
         alloc = Standalone(node, "2Gi")
         with ct.Sampler(node) as s:
-            holder = alloc.popen([b.sample("alloc_probe"), "--step", "64Mi", "--hold-seconds", "4"])
             # Fill to 64 MiB below the quota: context 300 MiB + 1664 MiB.
-            time.sleep(1.0)
+            holder, _ = alloc.hold([b.sample("alloc_probe"), "--step", "64Mi", "--hold-seconds",
+                                    "120"], "the holder")
             rc, out, err = alloc.run([probe(b), "threads", "16", "300"])
-            holder.wait(timeout=30)
+            stop(holder)
         r = ct.last_json(out)
         check(r is not None, f"context_probe: {out} {err}")
         check(s.peak <= 2 * GI, f"ground truth peaked at {s.peak} > 2 GiB: {r}")
@@ -168,19 +186,19 @@ def case_pool_trim_race(b):
 
 def case_exit_holds_charge(b):
     """A process's memory stays charged until the process is gone: one that
-    fills the quota and then spends a second exiting (its own exit handlers,
+    fills the quota and then spends a while exiting (its own exit handlers,
     after the shim's) keeps a second process from the memory meanwhile."""
     with ct.Node(b) as node:
         alloc = Standalone(node, "1Gi")  # contexts of 300 MiB: 812 MiB held
         with ct.Sampler(node, period=0.002) as s:
-            first = alloc.popen([probe(b), "slow-exit", str(512 * MI), "1.5"])
-            line = first.stdout.readline()
-            if ct.last_json(line) != {"last": 0}:
-                first.wait(timeout=30)
-                check(False, f"the first process did not allocate: {line} {first.stderr.read()}")
-            time.sleep(0.3)  # well inside its exit
+            # Its exit lasts until it is killed: the second process may be slow
+            # to start, and must still find the first one exiting.
+            first, r = alloc.hold([probe(b), "slow-exit", str(512 * MI), "120"],
+                                  "the first process")
+            check(r == {"last": 0}, f"the first process did not allocate: {r}")
+            time.sleep(0.3)  # past the shim's exit handler, which runs first
             rc, out, err = alloc.run([b.sample("alloc_probe"), "--step", "64Mi"])
-            first.wait(timeout=30)
+            stop(first)
         r = ct.last_json(out)
         check(s.peak <= GI, f"ground truth peaked at {s.peak} > 1 GiB while a process exited")
         check(rc != 0 or (r and r["bytes"] == 0),

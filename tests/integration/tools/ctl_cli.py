@@ -214,11 +214,25 @@ def case_top_pty(tmp):
     # Ctrl-C path (SIGINT) without a terminal: frames stop, exit 0.
     proc = subprocess.Popen([ARGS.ctl, "--run-dir", run, "top", "--interval", "0.2"], stdout=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True)
-    time.sleep(0.8)
+    # SIGINT once two frames are out, however slowly top starts (before its
+    # handler is in place, SIGINT would kill it).
+    frames = ct.LineReader(proc.stdout)
+    out = ""
+    deadline = time.monotonic() + 15
+    while out.count("q or Ctrl-C quits") < 2 and (line := frames.line(deadline)) is not None:
+        out += line
+    if out.count("q or Ctrl-C quits") < 2:
+        proc.kill()
+        proc.wait()
+        fail(f"top did not refresh within 15 s (exit status {proc.returncode}):\n{out}")
     proc.send_signal(2)
-    out, _ = proc.communicate(timeout=10)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        fail("top did not exit on SIGINT")
     check(proc.returncode == 0, f"top exited {proc.returncode} on SIGINT")
-    check(out.count("q or Ctrl-C quits") >= 2, "top did not refresh")
 
 
 def case_doctor(tmp):
@@ -530,7 +544,8 @@ def case_set_live(tmp):
     node = Node(tmp)
     try:
         gb = 1 << 30
-        worker = node.spin("t1", 12, CUSHARE_MEMORY_LIMIT="2Gi", CUSHARE_COMPUTE_LIMIT=50, CUSHARE_COMPUTE_MODE="capped")
+        # Lives until node.close(): it is checked alive after steps of no fixed length.
+        worker = node.spin("t1", 120, CUSHARE_MEMORY_LIMIT="2Gi", CUSHARE_COMPUTE_LIMIT=50, CUSHARE_COMPUTE_MODE="capped")
         deadline = time.time() + 8
         while time.time() < deadline and node.stat()[1].get(worker.pid, {}).get("busy_ns", 0) == 0:
             time.sleep(0.05)
@@ -577,7 +592,8 @@ def case_metrics_format(tmp):
     s.close()
     node = Node(tmp, metrics_port=port)
     try:
-        worker = node.spin("t1", 6, CUSHARE_MEMORY_LIMIT="1Gi", CUSHARE_COMPUTE_LIMIT=50)
+        # Lives until node.close(): the metrics may take up to 10 s to show it.
+        worker = node.spin("t1", 120, CUSHARE_MEMORY_LIMIT="1Gi", CUSHARE_COMPUTE_LIMIT=50)
         time.sleep(1.5)
         text = ""
         deadline = time.time() + 10

@@ -176,6 +176,10 @@ TEST_F(Api, EventsMeasureSimulatedKernelTime) {
   ASSERT_EQ(cuEventCreate(&stop, 0), CUDA_SUCCESS);
   CUstream s;
   ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  // Each measurement starts behind a queued 5 ms kernel: on an idle stream the
+  // start event would also time this thread's way to the first launch (a
+  // preemption on a loaded host), not the kernels alone.
+  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(stop, s), CUDA_SUCCESS);
@@ -205,6 +209,7 @@ TEST_F(Api, EventsMeasureSimulatedKernelTime) {
   size_t size = sizeof ns;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ns, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
+  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(start, s), CUDA_SUCCESS);
   ASSERT_EQ(cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s, nullptr, extra), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(stop, s), CUDA_SUCCESS);
@@ -247,6 +252,9 @@ TEST_F(Api, GraphsCaptureAndReplayKernels) {
   CUevent a, b;
   cuEventCreate(&a, 0);
   cuEventCreate(&b, 0);
+  // Behind a queued 5 ms kernel, so that `a` does not time the way to the
+  // first launch (see EventsMeasureSimulatedKernelTime).
+  ASSERT_EQ(launch_spin(5'000'000, s), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(a, s), CUDA_SUCCESS);
   ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
   ASSERT_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);

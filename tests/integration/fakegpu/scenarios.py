@@ -66,8 +66,13 @@ def read_json_line(proc, timeout=30):
     return json.loads(line)
 
 
+SPAWNED = []  # killed at the end, whatever the scenario left running
+
+
 def spawn(cmd, env):
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    SPAWNED.append(p)
+    return p
 
 
 def finish(proc, timeout=30):
@@ -77,11 +82,26 @@ def finish(proc, timeout=30):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def stop(proc):
+    """Ends a worker started with LONG_SECONDS the way its --seconds would
+    (spin_worker stops on SIGTERM): its exit status and last line still count."""
+    if proc.poll() is not None:
+        fail("%s exited %d before the measurement ended: %s" %
+             (proc.args, proc.returncode, proc.stderr.read()))
+    proc.send_signal(signal.SIGTERM)
+    return finish(proc)
+
+
+# Workers run until stop(): one starting late must still be running through
+# the whole window measured.
+LONG_SECONDS = "120"
+
+
 # ---------------------------------------------------------------- scenarios
 
 def two_processes_share(env, workers=(["--kernel-us", "500"], ["--kernel-us", "500"])):
     """Two busy contexts on one device: 50 % +- 3 each, device >= 97 % busy."""
-    a, b = [spawn([ARGS.spin_worker, "--seconds", "4"] + w, env) for w in workers]
+    a, b = [spawn([ARGS.spin_worker, "--seconds", LONG_SECONDS] + w, env) for w in workers]
     wait_until(lambda: all(proc_busy(stat(env), p.pid) > 0 for p in (a, b)), 10, "both workers to run")
     first = stat(env)
     time.sleep(2.5)
@@ -93,7 +113,7 @@ def two_processes_share(env, workers=(["--kernel-us", "500"], ["--kernel-us", "5
     print("window %.3f s, device busy %.2f %%, shares %.2f %% / %.2f %%" %
           (window / 1e9, 100 * busy, 100 * shares[0], 100 * shares[1]))
     for p in (a, b):
-        finish(p)
+        stop(p)
     if busy < 0.97:
         fail("device busy %.2f %% < 97 %%" % (100 * busy))
     for s in shares:
@@ -110,7 +130,7 @@ def unequal_kernels_share(env):
 
 def lone_process_busy(env):
     """A lone context runs back to back; event timings match kernel durations."""
-    worker = spawn([ARGS.spin_worker, "--kernel-us", "200", "--seconds", "3"], env)
+    worker = spawn([ARGS.spin_worker, "--kernel-us", "200", "--seconds", LONG_SECONDS], env)
     wait_until(lambda: proc_busy(stat(env), worker.pid) > 0, 10, "the worker to run")
     first = stat(env)
     time.sleep(1.5)
@@ -119,7 +139,7 @@ def lone_process_busy(env):
     busy = (second["devices"][0]["busy_ns"] - first["devices"][0]["busy_ns"]) / window
     mine = (proc_busy(second, worker.pid) - proc_busy(first, worker.pid)) / window
     print("lone worker: device busy %.2f %%, its share %.2f %%" % (100 * busy, 100 * mine))
-    finish(worker)
+    stop(worker)
     if busy < 0.97 or mine < 0.97:
         fail("lone process not back to back: %.2f %%" % (100 * busy))
 
@@ -292,7 +312,13 @@ def main():
                      "FAKEGPU_DRIVER_VERSION", "FAKEGPU_COPY_BW", "FAKEGPU_HOST_BACKING", "FAKEGPU_QUEUE_DEPTH"]:
             if knob not in extra:
                 os.environ.pop(knob, None)
-        SCENARIOS[ARGS.scenario](env_with(extra))
+        try:
+            SCENARIOS[ARGS.scenario](env_with(extra))
+        finally:
+            for p in SPAWNED:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     print("PASS")
 
 

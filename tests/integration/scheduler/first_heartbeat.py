@@ -8,7 +8,8 @@ Three runs of a short spin_worker in a fresh RUN/alloc/<id> folder:
   - a control socket but no daemon behind it (died before discovering the
     allocation): waits ~0.5 s for a first heartbeat, then runs as without
     a daemon;
-  - cushared running: the wait ends with the first grant, well before 0.5 s.
+  - cushared running: the wait ends with the first grant, well before 0.5 s
+    (the best of three runs, as without a daemon).
 
 Usage: first_heartbeat.py --build-dir BUILD
 """
@@ -75,7 +76,9 @@ def main():
         except ct.Failure as e:
             fail(str(e))
         try:
-            served = timed_worker(b, env, run, "fresh")
+            # The best of three, as `plain` is: one run alone may lose the CPU.
+            # Each in a fresh allocation, whose first launch waits for a heartbeat.
+            served = min(timed_worker(b, env, run, f"fresh{i}") for i in range(3))
         finally:
             daemon.stop()
         if served > plain + 0.3:

@@ -170,6 +170,12 @@ STALL_PRIORITY = 50
 SANITIZED_SLACK = tm.SANITIZED_SLACK
 WINDOWS = tm.WINDOWS
 
+# How long tenants may take to start running (wait_ready): a sanitizer build
+# on a loaded CI host takes seconds. Every tenant lives this much longer than
+# its scenario asks, so that the windows measured after a slow start still
+# find it running; close() kills whatever is left.
+READY_TIMEOUT_S = 20.0
+
 
 def log(msg):
     print(msg, flush=True)
@@ -260,7 +266,8 @@ class Env:
         extra, shape_kernel = SHAPES[self.shape]
         if shape_kernel and kernel_us == "1000":
             kernel_us = shape_kernel
-        args = [os.path.join(self.build, "samples", "spin_worker"), "--seconds", str(seconds),
+        args = [os.path.join(self.build, "samples", "spin_worker"),
+                "--seconds", str(seconds + READY_TIMEOUT_S),
                 "--device", str(device), "--kernel-us"]
         if "~" in kernel_us:  # durations drawn at random between the two
             args += [kernel_us.replace("~", ","), "--random", "--seed", str(len(self.tenants) + 1)]
@@ -354,7 +361,7 @@ class Env:
             out[name] = 100.0 * (p1[gpu].get(p.pid, 0) - p0[gpu].get(p.pid, 0)) / span
         return out
 
-    def wait_ready(self, names, timeout=5.0):
+    def wait_ready(self, names, timeout=READY_TIMEOUT_S):
         """Waits until every tenant has run some GPU time (its context exists)."""
         names = [n + s for n in names for s in ([""] + [SECOND_GPU] * (self.gpus - 1))]
         deadline = time.monotonic() + timeout

@@ -11,6 +11,7 @@ Usage: attacks.py CASE --build-dir BUILD
 """
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -50,18 +51,27 @@ def case_env_cannot_escape(b):
     """CUSHARE_DISABLE, CUSHARE_RUN_DIR, quota variables and HAMi aliases
     change nothing in a managed allocation."""
     ct.need_root()
+    # A name of this run's own in the host's /tmp (which containers share):
+    # what an earlier run or another test left there must not count.
+    mine = f"/tmp/cushare-escape-{os.getpid()}-{time.monotonic_ns()}"
+    check(not os.path.lexists(mine), f"{mine} exists before the tenant runs")
     with ct.Node(b) as node:
         folder = node.create("team", "--memory-limit", "1Gi")
         c = ct.Container(node, folder)
-        for extra in ({}, {"CUSHARE_DISABLE": "1"}, {"CUSHARE_RUN_DIR": "/tmp/mine"},
-                      {"CUSHARE_DISABLE": "1", "CUSHARE_RUN_DIR": "/tmp/mine"},
+        for extra in ({}, {"CUSHARE_DISABLE": "1"}, {"CUSHARE_RUN_DIR": mine},
+                      {"CUSHARE_DISABLE": "1", "CUSHARE_RUN_DIR": mine},
                       {"CUSHARE_MEMORY_LIMIT": "80Gi"}, {"CUDA_DEVICE_MEMORY_LIMIT": "80g"},
-                      {"CUSHARE_RUN_DIR": "/tmp/mine", "CUSHARE_MEMORY_LIMIT": "80Gi"}):
+                      {"CUSHARE_RUN_DIR": mine, "CUSHARE_MEMORY_LIMIT": "80Gi"}):
             r, peak = memory_case(c, node, extra, GI)
             print(f"  {extra or 'plain'}: {r['bytes'] // MI} MiB, refused, ground truth peak "
                   f"{peak // MI} MiB <= 1024 MiB")
-        rc, out, _ = c.run(["/bin/ls", "-A", "/tmp"])
-        check("mine" not in out, "the shim created a standalone allocation where the tenant pointed")
+        rc, out, err = c.run(["/bin/sh", "-c", 'if [ -e "$1" ]; then echo present; '
+                              'else echo absent; fi', "sh", mine])
+        shutil.rmtree(mine, ignore_errors=True)
+        check(rc == 0 and out.strip() in ("present", "absent"),
+              f"looking for {mine} in the container failed ({rc}): {out} {err}")
+        check(out.strip() == "absent",
+              f"the shim created a standalone allocation where the tenant pointed: {mine}")
 
 
 def at_least(share, bound):

@@ -20,7 +20,7 @@ struct Slot {  // 128 bytes
   char alloc_id[64];
   char gpu_uuid[48];
   std::uint32_t limit_pct;
-  std::uint32_t reserved;
+  std::uint32_t gpu_index;  // the GPU's entry in the claimer's regions
   std::uint64_t heartbeat_ns;
 };
 static_assert(sizeof(Slot) == 128);
@@ -36,8 +36,8 @@ void copy_field(char* dst, std::size_t n, std::string_view v) {
 
 // Reads the table, refreshes this allocation's claim (taking a stale or free
 // slot), writes it back, and returns the allocation's slot of the period.
-DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint32_t pct,
-               std::uint64_t now) {
+DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint32_t gpu_index,
+               std::uint32_t pct, std::uint64_t now, std::vector<DutyNeighbour>* neighbours) {
   std::array<Slot, kDutyTableSlots> slots{};
   const ssize_t got = pread(fd, slots.data(), sizeof(slots), 0);
   const DutyClaim self{id, uuid, pct};
@@ -62,14 +62,18 @@ DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint
   copy_field(s.alloc_id, sizeof(s.alloc_id), id);
   copy_field(s.gpu_uuid, sizeof(s.gpu_uuid), uuid);
   s.limit_pct = pct;
+  s.gpu_index = gpu_index;
   s.heartbeat_ns = now;
   if (pwrite(fd, &s, sizeof(s), static_cast<off_t>(mine) * sizeof(Slot)) != sizeof(s))
     return duty_slot({}, self);
   std::vector<DutyClaim> claims;
   for (const Slot& c : slots) {
     if (!live(c)) continue;
-    claims.push_back({field(c.alloc_id, sizeof(c.alloc_id)), field(c.gpu_uuid, sizeof(c.gpu_uuid)),
-                      c.limit_pct});
+    const DutyClaim other{field(c.alloc_id, sizeof(c.alloc_id)),
+                          field(c.gpu_uuid, sizeof(c.gpu_uuid)), c.limit_pct};
+    claims.push_back(other);
+    if (neighbours && other.gpu_uuid == uuid && other.alloc_id != id)
+      neighbours->push_back({std::string(other.alloc_id), c.gpu_index});
   }
   return duty_slot(claims, self);
 }
@@ -77,7 +81,8 @@ DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint
 }  // namespace
 
 DutySlot duty_slot_for(const std::string& alloc_folder, const std::string& gpu_uuid,
-                       std::uint32_t limit_pct, std::uint64_t now) noexcept {
+                       std::uint32_t gpu_index, std::uint32_t limit_pct, std::uint64_t now,
+                       std::vector<DutyNeighbour>* neighbours) noexcept {
   const DutySlot alone = duty_slot({}, {{}, {}, limit_pct});
   try {
     const std::filesystem::path folder(alloc_folder);
@@ -89,7 +94,7 @@ DutySlot duty_slot_for(const std::string& alloc_folder, const std::string& gpu_u
     struct stat sb {};
     DutySlot slot = alone;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX) == 0) {
-      slot = claim(fd, folder.filename().string(), gpu_uuid, limit_pct, now);
+      slot = claim(fd, folder.filename().string(), gpu_uuid, gpu_index, limit_pct, now, neighbours);
       flock(fd, LOCK_UN);
     }
     ::close(fd);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shim/gate/duty_cycle_plan.hpp"
 
@@ -19,9 +20,20 @@ inline constexpr std::uint32_t kDutyTableSlots = 64;
 inline constexpr std::uint64_t kDutyClaimTtlNs = 1'000'000'000;
 inline constexpr std::uint64_t kDutyRefreshNs = 100'000'000;
 
-// The slot of allocation folder `alloc_folder` on GPU `gpu_uuid` with limit
-// `limit_pct`, refreshing its claim. `now`: CLOCK_MONOTONIC.
+// Another allocation's live claim on the same GPU: its id (its folder's name
+// under RUN/alloc) and the index of the GPU's entry in its regions.
+struct DutyNeighbour {
+  std::string alloc_id;
+  std::uint32_t gpu_index = 0;
+  bool operator==(const DutyNeighbour&) const = default;
+};
+
+// The slot of allocation folder `alloc_folder` on GPU `gpu_uuid` (entry
+// `gpu_index` of its regions) with limit `limit_pct`, refreshing its claim.
+// `now`: CLOCK_MONOTONIC. `neighbours` (if given) receives the other live
+// claims on the GPU; it is left empty where there is no table.
 DutySlot duty_slot_for(const std::string& alloc_folder, const std::string& gpu_uuid,
-                       std::uint32_t limit_pct, std::uint64_t now) noexcept;
+                       std::uint32_t gpu_index, std::uint32_t limit_pct, std::uint64_t now,
+                       std::vector<DutyNeighbour>* neighbours = nullptr) noexcept;
 
 }  // namespace cushare::shim

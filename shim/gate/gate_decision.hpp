@@ -67,6 +67,11 @@ inline std::uint64_t queue_excess(std::uint64_t now, std::uint64_t expiry, std::
   return need;
 }
 
+// The other allocations in the local duty cycle of a GPU, as a would-be
+// borrower sees them: none (nobody to borrow from), one or more with work on
+// the GPU (or unreadable), or all of them without.
+enum class Neighbours : std::uint8_t { kNone, kBusy, kIdle };
+
 // An allocation's limits on one GPU, as the local duty cycle sees them.
 struct DutyCycleView {
   bool capped = false;           // burst runs free when nobody arbitrates
@@ -74,6 +79,9 @@ struct DutyCycleView {
   std::uint32_t limit_pct = 100;
   DutySlot slot;              // where it may run (duty_cycle_table.hpp)
   std::uint64_t busy_ns = 0;  // the allocation's busy time since the slot last opened
+  // The other allocations of the GPU (duty_neighbours.hpp); read only where
+  // duty_cycle_may_borrow() says it matters.
+  Neighbours neighbours = Neighbours::kNone;
 };
 
 inline std::uint64_t duty_cycle_period_ns(const DutyCycleView& d) noexcept {
@@ -143,6 +151,28 @@ inline bool daemon_arbitrates(const GateSnapshot& s) noexcept {
   return s.now < s.heartbeat_ns + shm::kDaemonHeartbeatStaleNs;
 }
 
+// Borrowing without a daemon. Disjoint slots lose every moment a slot's
+// owner leaves the GPU idle (its host work between steps, its syncs): with
+// 2 ms of host work per 4 ms of GPU work, caps of 30 and 50 would need 124 %
+// of the period. So out of its slot an allocation with budget left may run
+// while no other allocation of the GPU has work on it, one launch at a time:
+// an owner that comes back waits for at most that launch (the GPU time-
+// slices the two meanwhile). The budget still counts every busy moment, so
+// borrowing never takes an allocation past its cap; only the other
+// allocations' shares can lose, by that wait.
+inline constexpr std::uint64_t kBorrowPollNs = 100'000;  // how often a would-be borrower looks
+
+// Whether the allocation is out of its slot with budget left for a launch:
+// then its neighbours' state decides (the slow path reads it only then).
+inline bool duty_cycle_may_borrow(const GateSnapshot& s) noexcept {
+  if (!s.duty.capped || daemon_arbitrates(s)) return false;
+  const DutyStanding d = duty_standing(s.duty, std::min(s.queued_ns, s.horizon_ns));
+  const DutyPosition at = duty_position(s.now, d.period, d.slot);
+  const bool out_of_slot =
+      at.phase + duty_cycle_slot_lead_ns(s.per_launch_ns, s.horizon_ns) >= at.length;
+  return out_of_slot && d.busy_ns + duty_cycle_budget_lead_ns(s.per_launch_ns) < d.budget_ns;
+}
+
 enum class GateStep {
   kGo,                // the launch may go (and, without a daemon, those of the next `ns`)
   kWaitForProgress,   // let `ns` of the queued work run first
@@ -186,7 +216,13 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
     // the gate keeps the queue to, it would end the slot early.
     const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns,
                                                   std::min(s.queued_ns, s.horizon_ns));
-    if (wait != 0) return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+    if (wait != 0) {
+      if (!duty_cycle_may_borrow(s) || s.duty.neighbours == Neighbours::kNone)
+        return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+      if (s.queued_ns != 0) return {GateStep::kWaitForProgress, s.queued_ns};
+      if (s.duty.neighbours == Neighbours::kIdle) return {GateStep::kGo, 0};  // this launch only
+      return {GateStep::kSleep, std::min(wait, kBorrowPollNs)};
+    }
     expiry = s.now + kLocalLeaseHorizons * s.horizon_ns;
     go_ns = local_go_ns(s);
   } else if (s.now >= expiry) {

@@ -23,6 +23,7 @@
 #include "shim/gate/clock.hpp"
 #include "shim/gate/demand.hpp"
 #include "shim/gate/duty_cycle_table.hpp"
+#include "shim/gate/duty_neighbours.hpp"
 #include "shim/gate/gate_decision.hpp"
 #include "shim/gate/tracker.hpp"
 #include "shim/process/allocation_state.hpp"
@@ -141,7 +142,10 @@ gate::DutyCycleView duty_cycle_view(const AllocationState& st, unsigned gpu, gat
     if (uuid == shm::kAnyGpu && current_gpu_index(st, device) == gpu && device >= 0 &&
         static_cast<std::size_t>(device) < st.device_uuid.size())
       uuid = st.device_uuid[static_cast<std::size_t>(device)];
-    slots[gpu].store(pack(duty_slot_for(st.run_dir, uuid, pct, now)), std::memory_order_relaxed);
+    std::vector<DutyNeighbour> neighbours;
+    const DutySlot slot = duty_slot_for(st.run_dir, uuid, gpu, pct, now, &neighbours);
+    slots[gpu].store(pack(slot), std::memory_order_relaxed);
+    set_duty_neighbours(gpu, st.run_dir, neighbours);
   }
   gate::DutyCycleView v{.capped = true,
                         .quantum_ns = st.limits->quantum_ns.load(std::memory_order_relaxed),
@@ -200,7 +204,10 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTra
   if (arbitrated) s.horizon_ns = gate::queue_horizon_ns(s.now, s.lease_expiry_ns);
   s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
   s.per_launch_ns = tr.per_launch_ns();
-  if (!arbitrated) s.duty = duty_cycle_view(st, gpu, tr, s.now);
+  if (!arbitrated) {
+    s.duty = duty_cycle_view(st, gpu, tr, s.now);
+    if (gate::duty_cycle_may_borrow(s)) s.duty.neighbours = duty_neighbours(gpu);
+  }
   return s;
 }
 
@@ -215,6 +222,7 @@ void reset_gate_after_fork() noexcept {
   for (auto& b : g_slot_base) b.open_ns.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
+  reset_duty_neighbours_after_fork();
 }
 
 CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {

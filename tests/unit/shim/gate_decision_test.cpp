@@ -215,6 +215,59 @@ TEST(GateDecision, ACappedAllocationMakesUpItsOwnIdleTimeInItsSlot) {
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 10 * kMs}));
 }
 
+// Caps of 30 and 50 beside each other: this allocation's slot is the
+// first 37.5 ms of every 100; at 60 ms it is in the other's slot.
+GateSnapshot out_of_slot(std::uint64_t busy_ns, Neighbours neighbours) {
+  DutyCycleView d = capped30();
+  d.slot.length_ppm = 375'000;
+  d.busy_ns = busy_ns;
+  d.neighbours = neighbours;
+  GateSnapshot s = alone(d);
+  s.now = 100 * kMs * 50 + 60 * kMs;
+  s.per_launch_ns = kMs;
+  return s;
+}
+
+TEST(GateDecision, OutOfItsSlotAnAllocationBorrowsOneLaunchAtATimeWhileTheOthersAreIdle) {
+  GateSnapshot s = out_of_slot(20 * kMs, Neighbours::kIdle);
+  EXPECT_TRUE(duty_cycle_may_borrow(s));
+  EXPECT_EQ(decide_gate(s), kGo);  // this launch only: the next one looks again
+  s.queued_ns = kMs / 2;           // its launch still runs: let it finish first
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2));
+  s.queued_ns = 0;
+  s.duty.neighbours = Neighbours::kBusy;  // the slot's owner is back: look again soon
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kBorrowPollNs}));
+}
+
+TEST(GateDecision, BorrowingNeverTakesAnAllocationPastItsBudget) {
+  GateSnapshot s = out_of_slot(29 * kMs + kMs / 2, Neighbours::kIdle);  // half a launch left
+  EXPECT_FALSE(duty_cycle_may_borrow(s));
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+  s.duty.busy_ns = 29 * kMs;
+  s.queued_ns = kMs / 2;  // what is queued counts against the budget too
+  EXPECT_FALSE(duty_cycle_may_borrow(s));
+}
+
+TEST(GateDecision, WithNobodyToBorrowFromAnAllocationSleepsToItsSlot) {
+  GateSnapshot s = out_of_slot(0, Neighbours::kNone);
+  EXPECT_TRUE(duty_cycle_may_borrow(s));
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kLeaseWaitSliceNs}));
+  s.now = 100 * kMs * 50 + 95 * kMs;
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, 5 * kMs}));
+}
+
+TEST(GateDecision, InItsSlotOrUnderADaemonNobodyBorrows) {
+  GateSnapshot s = out_of_slot(0, Neighbours::kIdle);
+  s.now = 100 * kMs * 50 + 10 * kMs;  // in its own slot
+  EXPECT_FALSE(duty_cycle_may_borrow(s));
+  s = out_of_slot(0, Neighbours::kIdle);
+  s.heartbeat_ns = s.now - kMs;  // a daemon arbitrates: leases decide
+  EXPECT_FALSE(duty_cycle_may_borrow(s));
+  DutyCycleView burst;  // burst runs free without a daemon anyway
+  burst.neighbours = Neighbours::kIdle;
+  EXPECT_FALSE(duty_cycle_may_borrow(alone(burst)));
+}
+
 TEST(GateDecision, NoQuantumMeansTheDefaultPeriod) {
   DutyCycleView d = capped30();
   d.quantum_ns = 0;

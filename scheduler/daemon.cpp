@@ -608,7 +608,10 @@ void Daemon::publish_figures(std::uint64_t now) {
         .entry = ref.gpu,
         .gpu_uuid = ref.gpu_key.empty() ? ref.uuid : ref.gpu_key,
         .processes = state == states_.end() || !usage ? 0 : state->second.processes.live(),
-        .gpu_time_ns = busy_ns});
+        .gpu_time_ns = busy_ns,
+        .busy_scale = ref.policy.mode == Mode::kCapped
+                          ? std::optional<double>(ref.lease_busy.scale())
+                          : std::nullopt});
   }
   // The heartbeat of this tick is in every region: the read model takes the
   // daemon as up and reads the share figures. The processes the metrics show

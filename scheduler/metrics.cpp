@@ -98,6 +98,10 @@ std::string render_prometheus(const MetricsSnapshot& m) {
          [](S s) { return std::optional<double>(s.gpu->share_achieved_ppm.value_or(0) / 1e6); });
   family(out, series, "cushare_compute_limit_ratio", "gauge", "Compute limit (0..1).",
          [](S s) { return std::optional<double>(s.gpu->compute_limit_pct / 100.0); });
+  family(out, series, "cushare_cap_busy_scale", "gauge",
+         "Capped allocations: lease time per unit of GPU time NVML shows (1 to 1.25); the cap "
+         "holds for GPU time, the lease time may reach the limit times this.",
+         [](S s) { return s.tenant->busy_scale; });
   family(out, series, "cushare_compute_weight", "gauge", "Fair-share weight.",
          [](S s) { return std::optional<double>(s.gpu->weight); });
   out +=

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct TenantFigures {
   // GPU time the scheduler attributed. The usage region's busy_ns is a copy
   // the allocation's own processes can overwrite, so metrics never read it.
   std::uint64_t gpu_time_ns = 0;
+  // A capped entry's lease time per unit of the GPU time ground truth shows
+  // (sched::LeaseBusyRatio, 1 to kMaxBusyScale): its cap clock runs at its
+  // limit times this. Absent for burst entries (their time is not scaled).
+  std::optional<double> busy_scale;
 };
 
 // What the daemon holds beyond the regions.

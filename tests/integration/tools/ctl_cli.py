@@ -593,7 +593,8 @@ def case_metrics_format(tmp):
     node = Node(tmp, metrics_port=port)
     try:
         # Lives until node.close(): the metrics may take up to 10 s to show it.
-        worker = node.spin("t1", 120, CUSHARE_MEMORY_LIMIT="1Gi", CUSHARE_COMPUTE_LIMIT=50)
+        worker = node.spin("t1", 120, CUSHARE_MEMORY_LIMIT="1Gi", CUSHARE_COMPUTE_LIMIT=50,
+                           CUSHARE_COMPUTE_MODE="capped")
         time.sleep(1.5)
         text = ""
         deadline = time.time() + 10
@@ -633,6 +634,10 @@ def case_metrics_format(tmp):
               f"no _seconds_total counter in {sorted(names)}")
         check(any("t1" in smp.labels.values() for fam in families for smp in fam.samples),
               "no sample is labelled with the allocation id t1")
+        # A capped allocation shows the scale its cap clock runs at.
+        scales = [smp.value for fam in families if fam.name == "cushare_cap_busy_scale"
+                  for smp in fam.samples if smp.labels.get("allocation") == "t1"]
+        check(len(scales) == 1 and 1.0 <= scales[0] <= 1.25, f"cushare_cap_busy_scale of t1: {scales}")
         check(worker.poll() is None, "tenant died")
         print(f"{len(families)} metric families ok: {', '.join(sorted(names))}")
     finally:

@@ -79,7 +79,8 @@ MetricsSnapshot two_allocations() {
                                            .entry = 0,
                                            .gpu_uuid = "GPU-1",
                                            .processes = 2,
-                                           .gpu_time_ns = 1'500'000'000});
+                                           .gpu_time_ns = 1'500'000'000,
+                                           .busy_scale = 1.125});
   // A '*' entry whose GPU is not known yet: UUID '*', no index.
   m.daemon.tenants.push_back(TenantFigures{.allocation = "pod-\"b\"", .entry = 0, .gpu_uuid = "*"});
   m.daemon.pods["pod-a"] = shm::PodIdentity{"trainer-0", "ml", "main"};
@@ -112,6 +113,8 @@ TEST(Metrics, RendersPrometheusFamiliesWithLabels) {
                 "pod=\"\",namespace=\"\",container=\"\"} 7\n"),
       std::string::npos)
       << text;
+  // A burst entry's time is not scaled: no series.
+  EXPECT_EQ(text.find("cushare_cap_busy_scale{allocation=\"pod-\\\"b"), std::string::npos);
 }
 
 // Each family renders the figure of its own name: the read model's entry, or
@@ -125,6 +128,7 @@ TEST(Metrics, EachFamilyTakesItsFigure) {
            "cushare_share_achieved_ratio" + a + " 0.295\n",
            "cushare_compute_limit_ratio" + a + " 0.3\n",
            "cushare_compute_weight" + a + " 30\n",
+           "cushare_cap_busy_scale" + a + " 1.125\n",
            "cushare_throttled_seconds_total" + a + " 2.5\n",
            "cushare_throttled_launches_total" + a + " 5\n",
            "cushare_launches_total" + a + " 13\n",

@@ -20,10 +20,25 @@ struct Slot {  // 128 bytes
   char alloc_id[64];
   char gpu_uuid[48];
   std::uint32_t limit_pct;
-  std::uint32_t gpu_index;  // the GPU's entry in the claimer's regions
+  std::uint32_t gpu_index;  // kGpuIndexTag | the GPU's entry in the claimer's regions
   std::uint64_t heartbeat_ns;
 };
 static_assert(sizeof(Slot) == 128);
+
+// Shims that predate the index left this word as they found it (0, or a
+// later shim's index from a claim they took over): only a tagged word names
+// an entry, and an untagged one names none (the neighbour is never lent
+// from, rather than read at the wrong entry).
+constexpr std::uint32_t kGpuIndexTag = 0xC5A0'0000;
+constexpr std::uint32_t kGpuIndexMask = 0x0000'FFFF;
+constexpr std::uint32_t kNoGpuIndex = 0xFFFF'FFFF;
+
+std::uint32_t tagged(std::uint32_t index) {
+  return kGpuIndexTag | (index & kGpuIndexMask);
+}
+std::uint32_t untagged(std::uint32_t word) {
+  return (word & ~kGpuIndexMask) == kGpuIndexTag ? word & kGpuIndexMask : kNoGpuIndex;
+}
 
 std::string_view field(const char* s, std::size_t n) {
   return {s, strnlen(s, n)};
@@ -62,7 +77,7 @@ DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint
   copy_field(s.alloc_id, sizeof(s.alloc_id), id);
   copy_field(s.gpu_uuid, sizeof(s.gpu_uuid), uuid);
   s.limit_pct = pct;
-  s.gpu_index = gpu_index;
+  s.gpu_index = tagged(gpu_index);
   s.heartbeat_ns = now;
   if (pwrite(fd, &s, sizeof(s), static_cast<off_t>(mine) * sizeof(Slot)) != sizeof(s))
     return duty_slot({}, self);
@@ -73,7 +88,7 @@ DutySlot claim(int fd, const std::string& id, const std::string& uuid, std::uint
                           field(c.gpu_uuid, sizeof(c.gpu_uuid)), c.limit_pct};
     claims.push_back(other);
     if (neighbours && other.gpu_uuid == uuid && other.alloc_id != id)
-      neighbours->push_back({std::string(other.alloc_id), c.gpu_index});
+      neighbours->push_back({std::string(other.alloc_id), untagged(c.gpu_index)});
   }
   return duty_slot(claims, self);
 }

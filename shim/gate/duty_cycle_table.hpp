@@ -21,7 +21,8 @@ inline constexpr std::uint64_t kDutyClaimTtlNs = 1'000'000'000;
 inline constexpr std::uint64_t kDutyRefreshNs = 100'000'000;
 
 // Another allocation's live claim on the same GPU: its id (its folder's name
-// under RUN/alloc) and the index of the GPU's entry in its regions.
+// under RUN/alloc) and the index of the GPU's entry in its regions
+// (0xFFFFFFFF: not named, a claim written by an older shim).
 struct DutyNeighbour {
   std::string alloc_id;
   std::uint32_t gpu_index = 0;
@@ -31,7 +32,8 @@ struct DutyNeighbour {
 // The slot of allocation folder `alloc_folder` on GPU `gpu_uuid` (entry
 // `gpu_index` of its regions) with limit `limit_pct`, refreshing its claim.
 // `now`: CLOCK_MONOTONIC. `neighbours` (if given) receives the other live
-// claims on the GPU; it is left empty where there is no table.
+// claims on the GPU; it is left empty where there is no table, or where
+// this allocation's claim could not be written (the table full or read-only).
 DutySlot duty_slot_for(const std::string& alloc_folder, const std::string& gpu_uuid,
                        std::uint32_t gpu_index, std::uint32_t limit_pct, std::uint64_t now,
                        std::vector<DutyNeighbour>* neighbours = nullptr) noexcept;

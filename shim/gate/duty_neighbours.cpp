@@ -6,7 +6,6 @@
 
 #include <array>
 #include <cstddef>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <new>
@@ -21,10 +20,7 @@ struct Watched {
   DutyNeighbour who;
   int fd = -1;
 };
-
-struct GpuNeighbours {
-  std::vector<Watched> watched;
-};
+using GpuNeighbours = std::vector<Watched>;
 
 // Constructed in place so that a fork child can start over with a free lock.
 alignas(std::mutex) std::byte g_lock_storage[sizeof(std::mutex)];
@@ -32,17 +28,26 @@ std::mutex& lock() noexcept {
   static std::mutex* m = new (g_lock_storage) std::mutex;
   return *m;
 }
-std::array<GpuNeighbours, shm::kMaxGpus> g_neighbours;
+// Never destroyed: threads may still wait at the gate while exit handlers run.
+std::array<GpuNeighbours, shm::kMaxGpus>& neighbours() noexcept {
+  static auto* n = new std::array<GpuNeighbours, shm::kMaxGpus>;
+  return *n;
+}
 
 // A claim's id names a folder under RUN/alloc: one plain component.
 bool plain_name(const std::string& id) {
   return !id.empty() && id != "." && id != ".." && id.find('/') == std::string::npos;
 }
 
+// RUN/alloc/<id>/usage, following no link on the way: the folder and the
+// file are both opened with O_NOFOLLOW.
 int open_usage(const std::filesystem::path& alloc_dir, const DutyNeighbour& n) {
   if (!plain_name(n.alloc_id) || n.gpu_index >= shm::kMaxGpus) return -1;
-  const auto path = alloc_dir / n.alloc_id / shm::kUsageName;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  const auto folder = alloc_dir / n.alloc_id;
+  const int dir = ::open(folder.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) return -1;
+  const int fd = ::openat(dir, shm::kUsageName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  ::close(dir);
   if (fd < 0) return -1;
   struct stat sb {};
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -50,6 +55,12 @@ int open_usage(const std::filesystem::path& alloc_dir, const DutyNeighbour& n) {
     return -1;
   }
   return fd;
+}
+
+void close_all(const GpuNeighbours& watched) noexcept {
+  for (const Watched& w : watched) {
+    if (w.fd >= 0) ::close(w.fd);
+  }
 }
 
 // Whether no process of the neighbour has work on its entry of the GPU;
@@ -67,33 +78,32 @@ bool idle(const Watched& w) {
 }  // namespace
 
 void set_duty_neighbours(unsigned gpu, const std::string& alloc_folder,
-                         const std::vector<DutyNeighbour>& neighbours) noexcept {
+                         const std::vector<DutyNeighbour>& list) noexcept {
   if (gpu >= shm::kMaxGpus) return;
+  GpuNeighbours next;
   try {
+    // Opened afresh at every refresh: an allocation folder made again under
+    // the same id is read from its new file.
     const std::filesystem::path alloc_dir = std::filesystem::path(alloc_folder).parent_path();
-    std::vector<Watched> next;
-    std::scoped_lock hold(lock());
-    std::vector<Watched>& now = g_neighbours[gpu].watched;
-    for (const DutyNeighbour& n : neighbours) {
-      Watched w{n, -1};
-      for (Watched& old : now) {
-        if (old.who == n) std::swap(w.fd, old.fd);  // keep the open file
-      }
-      if (w.fd < 0) w.fd = open_usage(alloc_dir, n);
-      next.push_back(std::move(w));
+    next.reserve(list.size());
+    for (const DutyNeighbour& n : list) {
+      bool seen = false;  // one watch per allocation, however many claims name it
+      for (const Watched& w : next) seen = seen || w.who.alloc_id == n.alloc_id;
+      if (!seen) next.push_back({n, open_usage(alloc_dir, n)});
     }
-    for (const Watched& old : now) {
-      if (old.fd >= 0) ::close(old.fd);
-    }
-    now = std::move(next);
-  } catch (...) {  // out of memory: watch nobody (no lending)
+  } catch (...) {  // out of memory: watch nobody (no borrowing)
+    close_all(next);
+    next.clear();
   }
+  std::scoped_lock hold(lock());
+  close_all(neighbours()[gpu]);
+  neighbours()[gpu].swap(next);
 }
 
 gate::Neighbours duty_neighbours(unsigned gpu) noexcept {
   if (gpu >= shm::kMaxGpus) return gate::Neighbours::kNone;
   std::scoped_lock hold(lock());
-  const std::vector<Watched>& watched = g_neighbours[gpu].watched;
+  const GpuNeighbours& watched = neighbours()[gpu];
   if (watched.empty()) return gate::Neighbours::kNone;
   for (const Watched& w : watched) {
     if (!idle(w)) return gate::Neighbours::kBusy;
@@ -101,7 +111,14 @@ gate::Neighbours duty_neighbours(unsigned gpu) noexcept {
   return gate::Neighbours::kIdle;
 }
 
-void reset_duty_neighbours_after_fork() noexcept {
+void duty_neighbours_before_fork() noexcept {
+  lock().lock();
+}
+void duty_neighbours_after_fork_parent() noexcept {
+  lock().unlock();
+}
+void duty_neighbours_after_fork_child() noexcept {
+  // The lock was taken before the fork by a thread the child does not have.
   new (g_lock_storage) std::mutex;
 }
 

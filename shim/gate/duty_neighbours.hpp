@@ -16,17 +16,20 @@
 
 namespace cushare::shim {
 
-// Replaces GPU `gpu`'s neighbours with `neighbours` (claims in the table of
-// the node run dir that holds `alloc_folder`), opening the usage regions of
-// those it does not watch yet.
+// Replaces GPU `gpu`'s neighbours with those of `list` (claims in the table
+// of the node run dir that holds `alloc_folder`; one per allocation),
+// opening their usage regions.
 void set_duty_neighbours(unsigned gpu, const std::string& alloc_folder,
-                         const std::vector<DutyNeighbour>& neighbours) noexcept;
+                         const std::vector<DutyNeighbour>& list) noexcept;
 
 // Whether every neighbour on `gpu` leaves the GPU idle now (kIdle: none of
 // their processes has work on it); kBusy where one cannot be read.
 gate::Neighbours duty_neighbours(unsigned gpu) noexcept;
 
-// In a fork child: the lock may have been held by a thread that is gone.
-void reset_duty_neighbours_after_fork() noexcept;
+// Around fork (registered with the gate's fork handlers): the lists are
+// never copied into a child half-updated.
+void duty_neighbours_before_fork() noexcept;
+void duty_neighbours_after_fork_parent() noexcept;
+void duty_neighbours_after_fork_child() noexcept;
 
 }  // namespace cushare::shim

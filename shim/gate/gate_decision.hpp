@@ -155,11 +155,11 @@ inline bool daemon_arbitrates(const GateSnapshot& s) noexcept {
 // owner leaves the GPU idle (its host work between steps, its syncs): with
 // 2 ms of host work per 4 ms of GPU work, caps of 30 and 50 would need 124 %
 // of the period. So out of its slot an allocation with budget left may run
-// while no other allocation of the GPU has work on it, one launch at a time:
-// an owner that comes back waits for at most that launch (the GPU time-
-// slices the two meanwhile). The budget still counts every busy moment, so
-// borrowing never takes an allocation past its cap; only the other
-// allocations' shares can lose, by that wait.
+// while no other allocation of the GPU has work on it, one launch at a time
+// per process (kBorrow): an owner that comes back waits for at most that
+// launch (the GPU time-slices the two meanwhile). The budget still counts
+// every busy moment, so borrowing never takes an allocation past its cap;
+// only the other allocations' shares can lose, by that wait.
 inline constexpr std::uint64_t kBorrowPollNs = 100'000;  // how often a would-be borrower looks
 
 // Whether the allocation is out of its slot with budget left for a launch:
@@ -179,6 +179,8 @@ enum class GateStep {
   kWaitForLease,      // ask the daemon for the lease; sleep on its futex at most `ns`
   kWaitForNextLease,  // this launch does not fit the lease held: as above, until it changes
   kSleep,             // the duty-cycle window is closed: sleep `ns`
+  kBorrow,            // out of its slot: this launch may go if no other thread's borrowed one is
+                      // on its way (the slow path holds one per process and GPU)
 };
 
 struct GateAction {
@@ -217,10 +219,12 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
     const std::uint64_t wait = duty_cycle_wait_ns(s.duty, s.now, s.per_launch_ns, s.horizon_ns,
                                                   std::min(s.queued_ns, s.horizon_ns));
     if (wait != 0) {
-      if (!duty_cycle_may_borrow(s) || s.duty.neighbours == Neighbours::kNone)
-        return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+      if (!duty_cycle_may_borrow(s)) return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+      // Its own launch first (the neighbours are read only once it ran).
       if (s.queued_ns != 0) return {GateStep::kWaitForProgress, s.queued_ns};
-      if (s.duty.neighbours == Neighbours::kIdle) return {GateStep::kGo, 0};  // this launch only
+      if (s.duty.neighbours == Neighbours::kNone)
+        return {GateStep::kSleep, std::min(wait, kLeaseWaitSliceNs)};
+      if (s.duty.neighbours == Neighbours::kIdle) return {GateStep::kBorrow, 0};
       return {GateStep::kSleep, std::min(wait, kBorrowPollNs)};
     }
     expiry = s.now + kLocalLeaseHorizons * s.horizon_ns;

@@ -45,6 +45,8 @@ struct ThreadGate {
   gate::GpuTracker* tracker = nullptr;
   shm::GpuUsage* usage = nullptr;
   std::uint64_t now = 0;  // clock read at enter
+  // The GPU whose borrow token this launch holds (g_borrowing), else kNoGpu.
+  unsigned borrowing = kNoGpu;
 };
 // initial-exec: the shim is loaded at start-up (preload), so its TLS sits in
 // the static block and is reached without a __tls_get_addr call per launch.
@@ -56,6 +58,12 @@ std::once_flag g_fork_once;
 // slow path's last local go, gate_decision.hpp local_go_ns()); 0 while a
 // daemon arbitrates. The fast path takes the later of the two expiries.
 std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> g_local_expiry{};
+
+// Per GPU: a thread's borrowed launch (gate::GateStep::kBorrow) is between
+// the decision and the tracker's count of it. Until it is counted the queue
+// reads empty, and every thread woken by the same completion would borrow
+// too: held, one launch at a time per process holds.
+std::array<std::atomic<bool>, shm::kMaxGpus> g_borrowing{};
 
 [[gnu::always_inline]] inline std::uint64_t lease_word(const AllocationState& st,
                                                        unsigned gpu) noexcept {
@@ -206,7 +214,10 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTra
   s.per_launch_ns = tr.per_launch_ns();
   if (!arbitrated) {
     s.duty = duty_cycle_view(st, gpu, tr, s.now);
-    if (gate::duty_cycle_may_borrow(s)) s.duty.neighbours = duty_neighbours(gpu);
+    // Only a borrower with nothing queued looks (decide_gate() waits for its
+    // queue first).
+    if (s.queued_ns == 0 && gate::duty_cycle_may_borrow(s))
+      s.duty.neighbours = duty_neighbours(gpu);
   }
   return s;
 }
@@ -219,14 +230,18 @@ void sleep_ns(std::uint64_t ns) noexcept {
 
 void reset_gate_after_fork() noexcept {
   for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
+  for (auto& b : g_borrowing) b.store(false, std::memory_order_relaxed);
   for (auto& b : g_slot_base) b.open_ns.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
-  reset_duty_neighbours_after_fork();
 }
 
 CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noexcept {
-  std::call_once(g_fork_once, [] { on_fork(ForkStage::kGate, reset_gate_after_fork); });
+  std::call_once(g_fork_once, [] {
+    on_fork(ForkStage::kGate, reset_gate_after_fork);
+    on_fork(ForkStage::kGate, duty_neighbours_after_fork_child, duty_neighbours_before_fork,
+            duty_neighbours_after_fork_parent);
+  });
   const shm::LimitsRegion& limits = *st.limits;
   const shm::GpuLimits& gl = limits.gpus[gpu];
   shm::GpuUsage& gu = st.usage->gpus[gpu];
@@ -247,6 +262,14 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       g_local_expiry[gpu].store(action.ns != 0 ? snap.now + action.ns : 0,
                                 std::memory_order_relaxed);
       break;
+    }
+    if (action.step == GateStep::kBorrow) {
+      bool free = false;
+      if (g_borrowing[gpu].compare_exchange_strong(free, true, std::memory_order_acquire)) {
+        t_gate.borrowing = gpu;  // given back once the tracker counts the launch
+        g_local_expiry[gpu].store(0, std::memory_order_relaxed);
+        break;
+      }
     }
     demand.count();
     switch (action.step) {
@@ -276,6 +299,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         shm::futex_wait(gl.lease_futex, seen, action.ns);
         break;
       }
+      case GateStep::kBorrow:  // another thread's borrowed launch goes first
+        sleep_ns(gate::kBorrowPollNs);
+        break;
       case GateStep::kGo:
         break;
     }
@@ -360,13 +386,17 @@ void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
   if (launch_result != CUDA_SUCCESS) [[unlikely]] {
     // Nothing was queued: a busy mark this launch set must not stay behind.
     tr->launch_failed();
-    return;
+  } else {
+    shm::GpuUsage& gu = *t_gate.usage;
+    gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
+    // The launch counter and expected_drain_ns are published per batch (see
+    // GpuTracker::record_locked), keeping shared cache lines off the fast path.
+    tr->on_launch(stream, t_gate.now, gu);
   }
-  shm::GpuUsage& gu = *t_gate.usage;
-  gu.last_submit_ns.store(t_gate.now, std::memory_order_release);
-  // The launch counter and expected_drain_ns are published per batch (see
-  // GpuTracker::record_locked), keeping shared cache lines off the fast path.
-  tr->on_launch(stream, t_gate.now, gu);
+  if (t_gate.borrowing != kNoGpu) [[unlikely]] {
+    g_borrowing[t_gate.borrowing].store(false, std::memory_order_release);
+    t_gate.borrowing = kNoGpu;
+  }
 }
 
 }  // namespace cushare::shim

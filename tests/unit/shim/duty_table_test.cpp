@@ -69,6 +69,27 @@ TEST_F(DutyTable, ClaimsOfOneGpuAreEachOthersNeighboursWithTheirGpuIndex) {
   EXPECT_TRUE(seen.empty());
 }
 
+TEST_F(DutyTable, AClaimAnOlderShimWroteNamesNoGpuEntry) {
+  // Its slot as such a shim leaves it (alloc_id[64], gpu_uuid[48], limit,
+  // a word it never wrote, heartbeat): the word reads as no index.
+  struct {
+    char alloc_id[64] = "old";
+    char gpu_uuid[48] = "GPU-1";
+    std::uint32_t limit_pct = 50;
+    std::uint32_t unwritten = 0;
+    std::uint64_t heartbeat_ns = kNow;
+  } old_claim;
+  static_assert(sizeof(old_claim) == 128);
+  std::ofstream(root_ / kDutyTableName, std::ios::binary)
+      .write(reinterpret_cast<const char*>(&old_claim), sizeof(old_claim));
+  std::vector<DutyNeighbour> seen;
+  duty_slot_for(folder("new"), "GPU-1", 1, 30, kNow, &seen);
+  EXPECT_EQ(seen, (std::vector<DutyNeighbour>{{"old", 0xFFFF'FFFF}}));
+  write_usage("old", 0, 0);  // idle at entry 0, but entry 0 is not named
+  set_duty_neighbours(0, folder("new"), seen);
+  EXPECT_EQ(duty_neighbours(0), gate::Neighbours::kBusy);
+}
+
 TEST_F(DutyTable, NeighboursAreIdleOnlyWhileNoneOfThemHasWorkOnTheGpu) {
   EXPECT_EQ(duty_neighbours(0), gate::Neighbours::kNone);
   write_usage("b", 2, 0);

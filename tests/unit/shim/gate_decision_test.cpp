@@ -231,8 +231,10 @@ GateSnapshot out_of_slot(std::uint64_t busy_ns, Neighbours neighbours) {
 TEST(GateDecision, OutOfItsSlotAnAllocationBorrowsOneLaunchAtATimeWhileTheOthersAreIdle) {
   GateSnapshot s = out_of_slot(20 * kMs, Neighbours::kIdle);
   EXPECT_TRUE(duty_cycle_may_borrow(s));
-  EXPECT_EQ(decide_gate(s), kGo);  // this launch only: the next one looks again
-  s.queued_ns = kMs / 2;           // its launch still runs: let it finish first
+  EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kBorrow, 0}));  // this launch only
+  s.queued_ns = kMs / 2;  // its launch still runs: let it finish first
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2));
+  s.duty.neighbours = Neighbours::kNone;  // not read while it runs: still a wait for it
   EXPECT_EQ(decide_gate(s), progress(kMs / 2));
   s.queued_ns = 0;
   s.duty.neighbours = Neighbours::kBusy;  // the slot's owner is back: look again soon

@@ -53,6 +53,10 @@ void LeaseBusyRatio::observe(std::uint64_t truth_ns, std::int64_t charged_ns,
   if (truth_ns == 0 || charged_ns <= 0 || window_ns == 0) return;
   const double charged = static_cast<double>(charged_ns);
   if (charged < kMinChargedShare * static_cast<double>(window_ns)) return;
+  if (settling_ > 0) {
+    --settling_;
+    return;
+  }
   const double truth = static_cast<double>(truth_ns);
   const bool first = truth_ == 0;
   charged_ = first ? charged : (1 - kWindowWeight) * charged_ + kWindowWeight * charged;

@@ -87,6 +87,12 @@ class LeaseBusyRatio {
   static constexpr double kWindowWeight = 0.5;
   // Windows charged less than this share of their length say little.
   static constexpr double kMinChargedShare = 0.02;
+  // The first windows with figures are left out: they cover the tenant's
+  // start under this daemon (a restarted daemon charges its first leases
+  // while the processes still wake from their local duty cycle), and one
+  // read 1.25 with a weight of a half, which let a cap of 30 run at 35 %
+  // until the backstop charged it back (30 +- 3 % over the next seconds).
+  static constexpr unsigned kSettlingWindows = 1;
 
   // As BusyBalance::observe. A window without GPU time by NVML is left out:
   // the tenant's processes may be ones NVML does not show (not attributed).
@@ -97,6 +103,7 @@ class LeaseBusyRatio {
  private:
   double charged_ = 0, truth_ = 0;  // running (exponentially weighted) figures
   double scale_ = 1;
+  unsigned settling_ = kSettlingWindows;
 };
 
 // The scheduler's cumulative charge of a tenant (net of refunds) at one

@@ -89,9 +89,9 @@ class LeaseBusyRatio {
   static constexpr double kMinChargedShare = 0.02;
   // The first windows with figures are left out: they cover the tenant's
   // start under this daemon (a restarted daemon charges its first leases
-  // while the processes still wake from their local duty cycle), and one
-  // read 1.25 with a weight of a half, which let a cap of 30 run at 35 %
-  // until the backstop charged it back (30 +- 3 % over the next seconds).
+  // while the processes still wake from their local duty cycle). With NVML
+  // samples that tile time, one read 1.25 at a weight of a half, and a cap
+  // of 30 ran at 35 % for a second until the backstop charged it back.
   static constexpr unsigned kSettlingWindows = 1;
 
   // As BusyBalance::observe. A window without GPU time by NVML is left out:

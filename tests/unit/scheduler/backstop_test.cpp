@@ -284,8 +284,8 @@ TEST(LeaseBusyRatio, WindowsThatSayLittleAreLeftOut) {
 
 // A restarted daemon's first window charged leases the tenants' processes
 // did not use yet (they woke from their local duty cycle): 177 ms against
-// NVML's 129 for a cap of 30, which read as the bound and let the tenant run
-// at 35 % until the backstop charged it back.
+// NVML's 129 for a cap of 30 (samples tiling time), which read as the bound
+// and let the tenant run at 35 % until the backstop charged it back.
 TEST(LeaseBusyRatio, TheFirstWindowWithFiguresIsLeftOut) {
   LeaseBusyRatio r;
   r.observe(129 * kMs, 177 * kMs, 500 * kMs);

@@ -206,6 +206,7 @@ class Env:
                     h.kill()
                 raise RuntimeError("stall_cpu.py did not start at SCHED_FIFO (chrt, taskset)")
         self.daemon = None
+        self.daemon_log_level = None  # --daemon-log-level (the log: cushared.log, with --keep)
         self.tenants = {}
         self.capped = set()     # tenants whose cap is an upper bound
         self.killed = set()     # tenants the scenario kills itself
@@ -233,7 +234,9 @@ class Env:
     def start_daemon(self):
         self.daemon = ct.start_daemon(
             os.path.join(self.build, "bin", "cushared"), self.run_dir,
-            ["--quantum-ms", str(self.quantum_ms)], env=self.base_env,
+            ["--quantum-ms", str(self.quantum_ms)] +
+            (["--log-level", self.daemon_log_level] if self.daemon_log_level else []),
+            env=self.base_env,
             log_path=os.path.join(self.tmp, "cushared.log"), priority=RAISED)
 
     def kill_daemon(self):
@@ -599,10 +602,13 @@ def main():
                          "judge by the acceptance's targets (shaped_checks)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--daemon-log-level", help="cushared's --log-level (debug: each tenant's "
+                    "ground-truth figures every 500 ms)")
     a = ap.parse_args()
     if a.stalls and os.geteuid() != 0:
         ct.skip_or_fail("--stalls needs root (SCHED_FIFO)")
     env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs, a.stalls, a.alone)
+    env.daemon_log_level = a.daemon_log_level
     try:
         if a.name != "standalone_30_50":
             env.start_daemon()

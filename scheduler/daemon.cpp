@@ -330,8 +330,7 @@ void Daemon::repair_ledgers(Allocation& a, AllocationState& st) {
 // region except what the shim tracked (to measure the overhead on top).
 void Daemon::ground_truth(std::uint64_t now) {
   if (!nvml_.available()) return;
-  const std::uint64_t window = last_truth_ns_ ? now - last_truth_ns_ : 0;
-  last_truth_ns_ = now;
+  record_charges(now);
   std::vector<GpuProcesses> gpus;
   const auto uuids = nvml_.gpu_uuids();
   for (unsigned i = 0; i < uuids.size(); ++i) {
@@ -356,7 +355,12 @@ void Daemon::ground_truth(std::uint64_t now) {
   for (auto& uuid : uuids) {
     GpuProcesses g{.uuid = uuid};
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
-    if (auto b = nvml_.process_busy(uuid)) g.busy = std::move(*b), g.busy_ok = true;
+    if (auto b = nvml_.process_busy(uuid)) {
+      g.busy = std::move(b->busy_ns);
+      g.busy_from_ns = b->from_ns;
+      g.busy_to_ns = b->to_ns;
+      g.busy_ok = true;
+    }
     gpus.push_back(std::move(g));
   }
   resolve_any_gpu(gpus, now);
@@ -370,6 +374,7 @@ void Daemon::ground_truth(std::uint64_t now) {
     // Per limits entry: ground truth of the whole allocation and of each process.
     struct Entry {
       std::uint64_t memory = 0, busy = 0;
+      std::uint64_t busy_from_ns = UINT64_MAX, busy_to_ns = 0;  // the stretch `busy` covers
       bool memory_known = false, busy_known = false;
       std::vector<ProcessUse> memory_users, busy_users;
       std::map<unsigned, std::uint64_t> slot_memory;  // slot -> NVML bytes
@@ -381,6 +386,10 @@ void Daemon::ground_truth(std::uint64_t now) {
       Entry& entry = entries[*e];
       entry.memory_known = entry.memory_known || gpu.memory_ok;
       entry.busy_known = entry.busy_known || gpu.busy_ok;
+      if (gpu.busy_ok) {
+        entry.busy_from_ns = std::min(entry.busy_from_ns, gpu.busy_from_ns);
+        entry.busy_to_ns = std::max(entry.busy_to_ns, gpu.busy_to_ns);
+      }
       for (const auto& [slot, p] : st.processes.verified()) {
         auto m = gpu.memory.find(p.host_pid);
         auto b = gpu.busy.find(p.host_pid);
@@ -444,8 +453,10 @@ void Daemon::ground_truth(std::uint64_t now) {
               alloc_id, e, entry.memory, limit, config_.over_quota_grace_ns / 1'000'000);
         }
       }
-      // GPU time: what NVML saw against what the scheduler charged.
-      if (!entry.busy_known || window == 0) continue;
+      // GPU time: what NVML saw against what the scheduler charged over the
+      // same stretch (it ends at NVML's latest sample, not now).
+      if (!entry.busy_known || entry.busy_to_ns <= entry.busy_from_ns) continue;
+      const std::uint64_t window = entry.busy_to_ns - entry.busy_from_ns;
       auto tid = tenant_ids_.find({alloc_id, e});
       if (tid == tenant_ids_.end()) continue;
       TenantRef* ref = tenant(tid->second);
@@ -453,11 +464,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       LeaseScheduler* found = scheduler_of(*ref);
       if (!found) continue;
       LeaseScheduler& sched = *found;
-      auto mark = [&] {
-        const TenantStats st = sched.stats(ref->id);
-        return ChargeMark{.incarnation = st.incarnation, .attributed_ns = st.attributed_ns};
-      };
-      const std::int64_t charged = charged_between(ref->charged_at_sample, mark());
+      const std::int64_t charged = ref->charges.charged(entry.busy_from_ns, entry.busy_to_ns);
       // Only a cap is scaled (a burst tenant's virtual time is not): the
       // scale its charges were held to in this window weighs them.
       const bool capped = ref->policy.mode == Mode::kCapped;
@@ -472,7 +479,6 @@ void Daemon::ground_truth(std::uint64_t now) {
           "charged on top; lease time per GPU time {:.3f}",
           alloc_id, e, entry.busy / 1000, window / 1000, charged / 1000, v.charge_ns / 1000,
           ref->lease_busy.scale());
-      ref->charged_at_sample = mark();
       if (v.unleased) {
         const std::string why = fmt::format(
             "running kernels without leases: NVML shows {} ms of GPU time in the last {} ms, "
@@ -663,6 +669,21 @@ void Daemon::note_lease_length(const std::string& uuid, const LeaseScheduler& sc
   log.logged_ns = now;
 }
 
+// Each tenant's cumulative charge, kept for a few seconds: ground truth
+// reads it over the stretch NVML's samples cover. What ground truth itself
+// charged on top is left out: counted as a charge of the next stretch, it
+// would be banked against the very excess it settled.
+void Daemon::record_charges(std::uint64_t now) {
+  for (auto& [id, ref] : tenants_) {
+    LeaseScheduler* sched = scheduler_of(ref);
+    if (!sched || !sched->has_tenant(id)) continue;
+    const TenantStats st = sched->stats(id);
+    ref.charges.record(
+        now, {.incarnation = st.incarnation, .attributed_ns = st.attributed_ns - st.unleased_ns});
+  }
+  next_charge_mark_ns_ = now + ChargeHistory::kSpacingNs;
+}
+
 void Daemon::tick(std::uint64_t now, bool events_may_wait) {
   const auto changes = registry_.poll(now, events_may_wait);
   for (const auto& id : changes.removed) on_removed(id, now);
@@ -686,6 +707,7 @@ void Daemon::tick(std::uint64_t now, bool events_may_wait) {
     next_step_ns_ = std::min(next_step_ns_, d.next_step_ns);
     note_lease_length(uuid, *sched, now);
   }
+  if (now >= next_charge_mark_ns_) record_charges(now);
   if (now >= next_nvml_ns_) {
     ground_truth(now);
     next_nvml_ns_ = now + config_.nvml_interval_ns;

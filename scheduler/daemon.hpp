@@ -19,6 +19,7 @@
 
 #include "node/status_model.hpp"
 #include "scheduler/allocation_registry.hpp"
+#include "scheduler/charge_history.hpp"
 #include "scheduler/ground_truth.hpp"
 #include "scheduler/lease_scheduler.hpp"
 #include "scheduler/ledger_check.hpp"
@@ -83,9 +84,9 @@ class Daemon {
     // What was published last: a refund takes charged time back and a cut
     // takes granted time back, but a published counter only grows.
     std::uint64_t published_busy_ns = 0, published_granted_ns = 0;
-    // Ground truth: the scheduler's charge at the last NVML sample, and the
-    // balance of what NVML saw against it.
-    ChargeMark charged_at_sample;
+    // Ground truth: the scheduler's recent charges (read over the stretch
+    // NVML's samples cover), and the balance of what NVML saw against them.
+    ChargeHistory charges;
     BusyBalance busy;
     LeaseBusyRatio lease_busy;
   };
@@ -102,9 +103,11 @@ class Daemon {
   void housekeeping(std::uint64_t now);
   void repair_ledgers(Allocation& a, AllocationState& st);
   void ground_truth(std::uint64_t now);
+  void record_charges(std::uint64_t now);
   struct GpuProcesses {  // what NVML says of one GPU's processes
     std::string uuid;
     std::map<std::uint32_t, std::uint64_t> memory, busy;  // host PID -> bytes / ns
+    std::uint64_t busy_from_ns = 0, busy_to_ns = 0;       // the stretch `busy` covers
     bool memory_ok = false, busy_ok = false;
   };
   std::map<std::string, std::vector<VerifiedProcess>> unslotted_processes(
@@ -147,7 +150,7 @@ class Daemon {
   std::uint64_t reclaimed_bytes_ = 0;
   std::uint64_t ledger_repairs_ = 0;
   std::uint64_t over_quota_kills_ = 0;
-  std::uint64_t last_truth_ns_ = 0;
+  std::uint64_t next_charge_mark_ns_ = 0;
   bool any_active_ = false;
   std::atomic<std::uint64_t> last_tick_ns_{0};
   // Published in every heartbeat; read once (glibc does not cache getpid()).

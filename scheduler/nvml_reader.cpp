@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "scheduler/nvml_busy.hpp"
 #include "shm/clock.hpp"
 
 namespace cushare::sched {
@@ -96,15 +97,21 @@ std::vector<std::string> NvmlReader::gpu_uuids() {
   return out;
 }
 
-std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_busy(
-    const std::string& uuid) {
+std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::string& uuid) {
   if (!init_ok_ || !get_process_utilization_) return std::nullopt;
   Device dev = nullptr;
   if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
+  // NVML stamps samples with the wall clock; the daemon keeps monotonic time.
+  const std::uint64_t mono_now = shm::monotonic_ns();
+  const unsigned long long wall_now = wall_us();
+  auto to_monotonic = [&](unsigned long long stamp_us) {
+    const std::uint64_t back = stamp_us < wall_now ? (wall_now - stamp_us) * 1000 : 0;
+    return back < mono_now ? mono_now - back : 0;
+  };
   auto seen = last_seen_us_.find(uuid);
   if (seen == last_seen_us_.end()) {
-    last_seen_us_[uuid] = wall_us();
-    return std::map<std::uint32_t, std::uint64_t>{};
+    last_seen_us_[uuid] = wall_now;
+    return ProcessBusy{.from_ns = mono_now, .to_ns = mono_now};
   }
   std::vector<nvml::ProcessUtilizationSample> samples(64);
   unsigned int count = 0;
@@ -115,33 +122,18 @@ std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_busy(
     if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
-  std::map<std::uint32_t, std::uint64_t> out;
   if (rc == kErrorNotFound) {  // nothing ran since the last call
-    seen->second = wall_us();
-    return out;
+    ProcessBusy idle{.from_ns = to_monotonic(seen->second), .to_ns = mono_now};
+    seen->second = wall_now;
+    return idle;
   }
   if (rc != kSuccess) return std::nullopt;
   samples.resize(std::min<std::size_t>(count, samples.size()));
-  // Each sample stands for the utilisation of its process over the period
-  // from the previous sample time (or the last call) to its own.
-  std::sort(samples.begin(), samples.end(),
-            [](const auto& a, const auto& b) { return a.timeStamp < b.timeStamp; });
-  unsigned long long period_start = seen->second;
-  unsigned long long latest = seen->second;
-  unsigned long long previous_stamp = seen->second;
-  for (const auto& s : samples) {
-    if (s.timeStamp <= seen->second) continue;
-    if (s.timeStamp != previous_stamp) {
-      period_start = previous_stamp;
-      previous_stamp = s.timeStamp;
-    }
-    const unsigned long long period_us = s.timeStamp - period_start;
-    out[s.pid] +=
-        static_cast<std::uint64_t>(std::min(s.smUtil, 100u)) * period_us * 10;  // % of us -> ns
-    latest = std::max(latest, s.timeStamp);
-  }
-  seen->second = latest;
-  return out;
+  SampledBusy sampled = busy_from_samples(samples, seen->second);
+  seen->second = sampled.to_us;
+  return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),
+                     .from_ns = to_monotonic(sampled.from_us),
+                     .to_ns = to_monotonic(sampled.to_us)};
 }
 
 }  // namespace cushare::sched

@@ -28,11 +28,16 @@ class NvmlReader {
   std::optional<std::map<std::uint32_t, std::uint64_t>> process_memory(const std::string& uuid);
   // The UUIDs of every GPU NVML enumerates ("GPU-..."); empty when it cannot.
   std::vector<std::string> gpu_uuids();
-  // host PID -> GPU time (ns) each process used on that GPU since the last
-  // call for it, from nvmlDeviceGetProcessUtilization samples (utilisation x
-  // sample period). The first call for a GPU only sets the starting point.
-  // nullopt when NVML cannot answer.
-  std::optional<std::map<std::uint32_t, std::uint64_t>> process_busy(const std::string& uuid);
+  // GPU time each process used on a GPU, from nvmlDeviceGetProcessUtilization
+  // samples (utilisation x sample period), over the stretch the samples
+  // stand for: from the previous call's latest sample to this one's.
+  struct ProcessBusy {
+    std::map<std::uint32_t, std::uint64_t> busy_ns;  // host PID -> GPU time
+    std::uint64_t from_ns = 0, to_ns = 0;            // the stretch, monotonic ns
+  };
+  // The first call for a GPU only sets the starting point (an empty
+  // stretch). nullopt when NVML cannot answer.
+  std::optional<ProcessBusy> process_busy(const std::string& uuid);
 
  private:
   void* lib_ = nullptr;

@@ -291,6 +291,20 @@ bool device_busy_since(const SharedState& s, uint32_t device, uint64_t since_ns,
                      span);
 }
 
+bool process_period_busy(const SharedState& s, int32_t proc, uint32_t device, uint64_t k,
+                         uint64_t* busy) {
+  const DeviceSlot& d = s.devices[device];
+  const uint64_t oldest = d.ck_index >= kUtilRing - 1 ? d.ck_index - (kUtilRing - 1) : 0;
+  if (k == 0 || k > d.ck_index || k - 1 < oldest) return false;
+  // A slot is zeroed when its process registers: checkpoints from before
+  // hold zero for it, as its counter did then.
+  const uint64_t* ring = s.procs[proc].ck_busy[device];
+  const uint64_t from = k - 1 == 0 ? 0 : ring[(k - 1) % kUtilRing];
+  const uint64_t to = ring[k % kUtilRing];
+  *busy = to - std::min(to, from);
+  return true;
+}
+
 bool process_busy_since(const SharedState& s, int32_t proc, uint32_t device, uint64_t since_ns,
                         uint64_t now, uint64_t* busy, uint64_t* span) {
   const ProcSlot& p = s.procs[proc];

@@ -51,6 +51,11 @@ void destroy_event(SharedState& s, int32_t slot);
 // cover the oldest kept checkpoint..now.
 bool device_busy_since(const SharedState& s, uint32_t device, uint64_t since_ns, uint64_t now,
                        uint64_t* busy, uint64_t* span);
+// GPU time process `proc` had on `device` in checkpoint period k (from
+// checkpoint k-1 to checkpoint k, k >= 1); false where the ring no longer
+// holds both ends or checkpoint k is not written yet.
+bool process_period_busy(const SharedState& s, int32_t proc, uint32_t device, uint64_t k,
+                         uint64_t* busy);
 bool process_busy_since(const SharedState& s, int32_t proc, uint32_t device, uint64_t since_ns,
                         uint64_t now, uint64_t* busy, uint64_t* span);
 

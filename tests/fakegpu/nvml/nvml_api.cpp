@@ -468,23 +468,33 @@ FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     StateLock lock(*nvml().file);
     const SharedState& s = lock.state();
     const uint64_t now = lock.now();
-    // One sample per process: its share of the engine since lastSeen (at most the last second).
-    const uint64_t since = std::max(monotonic_from_wall_us(lastSeenTimeStamp),
+    const DeviceSlot& d = s.devices[i];
+    // As a driver's: one sample per process and sampling period (here the
+    // checkpoint period), stamped at the period's end, for the periods that
+    // ended after lastSeen and within the last second. The periods tile
+    // time, so a reader that takes each sample for the time since the
+    // previous one counts every moment once. (A stamp read back as lastSeen
+    // converts to within microseconds of its checkpoint: 1 ms of slack.)
+    const uint64_t created = s.header.created_ns;
+    const uint64_t since = std::max(monotonic_from_wall_us(lastSeenTimeStamp) + 1'000'000,
                                     now - std::min<uint64_t>(now, 1'000'000'000));
-    const uint64_t stamp = wall_us_from_monotonic(now);
-    for (int32_t p = 0; p < static_cast<int32_t>(kMaxProcs); ++p) {
-      const ProcSlot& proc = s.procs[p];
-      if (proc.state != SlotState::live) continue;
-      uint64_t busy = 0, span = 0;
-      process_busy_since(s, p, i, since, now, &busy, &span);
-      const auto pid = visible_pid(proc);
-      if (busy == 0 || span == 0 || stamp <= lastSeenTimeStamp || !pid) continue;
-      nvmlProcessUtilizationSample_t sample{};
-      sample.pid = static_cast<unsigned>(*pid);
-      sample.timeStamp = stamp;
-      sample.smUtil =
-          static_cast<unsigned>(std::min<uint64_t>(100, (busy * 100 + span / 2) / span));
-      samples.push_back(sample);
+    const uint64_t first_k = since <= created ? 1 : (since - created) / kUtilPeriodNs + 1;
+    for (uint64_t k = first_k; k <= d.ck_index; ++k) {
+      const uint64_t stamp = wall_us_from_monotonic(created + k * kUtilPeriodNs);
+      if (stamp <= lastSeenTimeStamp) continue;
+      for (int32_t p = 0; p < static_cast<int32_t>(kMaxProcs); ++p) {
+        const ProcSlot& proc = s.procs[p];
+        if (proc.state != SlotState::live) continue;
+        uint64_t busy = 0;
+        const auto pid = visible_pid(proc);
+        if (!pid || !process_period_busy(s, p, i, k, &busy) || busy == 0) continue;
+        nvmlProcessUtilizationSample_t sample{};
+        sample.pid = static_cast<unsigned>(*pid);
+        sample.timeStamp = stamp;
+        sample.smUtil = static_cast<unsigned>(
+            std::min<uint64_t>(100, (busy * 100 + kUtilPeriodNs / 2) / kUtilPeriodNs));
+        samples.push_back(sample);
+      }
     }
   }
   if (samples.empty()) return NVML_ERROR_NOT_FOUND;

@@ -592,21 +592,43 @@ TEST_F(Api, NvmlAgreesWithTheDriverView) {
   nvmlUtilization_t util{};
   ASSERT_EQ(nvmlDeviceGetUtilizationRates(dev, &util), NVML_SUCCESS);
   EXPECT_GE(util.gpu, 25u);  // 300 ms of the last second (more if the state file is younger)
-  nvmlProcessUtilizationSample_t samples[4];
-  unsigned n = 4;
+  // Per process, as a driver's: a sample per sampling period (100 ms) that
+  // ended after lastSeen, stamped at its end; the periods tile time. Once the
+  // period of the last kernel's end is over, they hold its 300 ms.
+  std::this_thread::sleep_for(std::chrono::milliseconds(110));
+  nvmlProcessUtilizationSample_t samples[16];
+  unsigned n = 16;
   ASSERT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, 0), NVML_SUCCESS);
-  ASSERT_EQ(n, 1u);
-  EXPECT_EQ(samples[0].pid, static_cast<unsigned>(getpid()));
-  EXPECT_GT(samples[0].smUtil, 0u);
+  ASSERT_GE(n, 3u);
+  ASSERT_LE(n, 10u);  // the last second only
+  unsigned busy_ms = 0;
+  for (unsigned k = 0; k < n; ++k) {
+    EXPECT_EQ(samples[k].pid, static_cast<unsigned>(getpid()));
+    if (k > 0) {
+      const long long step =
+          static_cast<long long>(samples[k].timeStamp - samples[k - 1].timeStamp);
+      EXPECT_NEAR(
+          static_cast<double>(step % 100'000 < 50'000 ? step % 100'000 : step % 100'000 - 100'000),
+          0, 1'000)
+          << "periods of 100 ms, stamped at their ends: " << step << " us";
+    }
+    busy_ms += samples[k].smUtil;  // percent of 100 ms
+  }
+  EXPECT_GE(busy_ms, 295u);  // (more where earlier tests ran kernels in the last second)
+  unsigned long long latest = 0;
+  for (unsigned k = 0; k < n; ++k) latest = std::max(latest, samples[k].timeStamp);
   // Too small a buffer (or none) is refused with the count it needs.
+  const unsigned all = n;
   n = 0;
   EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
-  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(n, all);
   n = 0;
   EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, nullptr, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
-  EXPECT_EQ(n, 1u);
-  n = 4;
-  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, samples[0].timeStamp + 10'000'000),
+  EXPECT_EQ(n, all);
+  // Nothing ran since the latest sample: nothing new, however often asked.
+  n = 16;
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, latest), NVML_ERROR_NOT_FOUND);
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(dev, samples, &n, latest + 10'000'000),
             NVML_ERROR_NOT_FOUND);
 
   // An idle second later the device reads idle.

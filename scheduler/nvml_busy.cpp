@@ -5,25 +5,61 @@
 
 namespace cushare::sched {
 
+unsigned long long SampleHistory::longest_period_us() const {
+  unsigned long long longest = device_period_us != 0 ? device_period_us : kUnseenPeriodUs;
+  if (process_period_us != 0) longest = std::min(longest, process_period_us);
+  return std::min(longest, kMaxPeriodUs);
+}
+
+void learn_device_period(std::span<const unsigned long long> stamps_us, SampleHistory& history) {
+  std::vector<unsigned long long> fresh;
+  for (const auto stamp : stamps_us)
+    if (stamp > history.last_device_stamp_us) fresh.push_back(stamp);
+  std::sort(fresh.begin(), fresh.end());
+  for (const auto stamp : fresh) {
+    if (history.last_device_stamp_us != 0 && stamp > history.last_device_stamp_us) {
+      const unsigned long long gap = stamp - history.last_device_stamp_us;
+      history.device_period_us =
+          history.device_period_us == 0 ? gap : std::min(history.device_period_us, gap);
+    }
+    history.last_device_stamp_us = stamp;
+  }
+}
+
 SampledBusy busy_from_samples(std::span<const nvml::ProcessUtilizationSample> samples,
-                              unsigned long long seen_us) {
+                              unsigned long long seen_us, SampleHistory& history) {
   std::vector<nvml::ProcessUtilizationSample> fresh;
   for (const auto& s : samples)
     if (s.timeStamp > seen_us) fresh.push_back(s);
   std::sort(fresh.begin(), fresh.end(),
             [](const auto& a, const auto& b) { return a.timeStamp < b.timeStamp; });
-  SampledBusy out{.from_us = seen_us, .to_us = seen_us};
-  unsigned long long period_start = seen_us, previous_stamp = seen_us;
+  // Each sample's gap since its process's previous one. The period is
+  // learned from the whole reading before any gap is cut to it.
+  struct Counted {
+    std::uint32_t pid;
+    unsigned util;
+    unsigned long long gap_us;
+  };
+  std::vector<Counted> counted;
   for (const auto& s : fresh) {
-    if (s.timeStamp != previous_stamp) {
-      period_start = previous_stamp;
-      previous_stamp = s.timeStamp;
+    auto [last, first] = history.last_stamp_us.try_emplace(s.pid, seen_us);
+    if (s.timeStamp <= last->second) continue;  // the same sample twice
+    const unsigned long long gap = s.timeStamp - last->second;
+    if (!first) {
+      history.process_period_us =
+          history.process_period_us == 0 ? gap : std::min(history.process_period_us, gap);
     }
-    const unsigned long long period_us = s.timeStamp - period_start;
-    out.busy_ns[s.pid] +=
-        static_cast<std::uint64_t>(std::min(s.smUtil, 100u)) * period_us * 10;  // % of us -> ns
-    out.to_us = s.timeStamp;
+    last->second = s.timeStamp;
+    counted.push_back({s.pid, std::min(s.smUtil, 100u), gap});
   }
+  SampledBusy out{.from_us = seen_us, .to_us = fresh.empty() ? seen_us : fresh.back().timeStamp};
+  for (const auto& c : counted) {
+    const unsigned long long period = std::min(c.gap_us, history.longest_period_us());
+    out.busy_ns[c.pid] += static_cast<std::uint64_t>(c.util) * period * 10;  // % of us -> ns
+  }
+  std::erase_if(history.last_stamp_us, [&](const auto& entry) {
+    return entry.second + SampleHistory::kForgetUs < out.to_us;
+  });
   return out;
 }
 

@@ -1,10 +1,25 @@
 // GPU time per process from NVML's utilisation samples, and the stretch of
-// time those samples stand for. A driver samples each process once per
-// sampling period and stamps the sample at the period's end; the periods
-// tile time. The stretch a reading covers therefore ends at its latest
-// sample, not at the moment it was read: whoever compares it with another
-// figure (the scheduler's charges) must compare over that same stretch.
-// Pure: the reader feeds it what nvmlDeviceGetProcessUtilization returned.
+// time those samples stand for. Pure: the reader feeds it what
+// nvmlDeviceGetProcessUtilization returned.
+//
+// What a sample stands for is not documented. A sample is a process's
+// utilisation over a sampling period ending at its stamp. Several samples of
+// a process may arrive in one reading (one per period), or a single one, and
+// a period the process spent idle may have no sample at all. So a sample is
+// read as standing for the time since that process's previous sample, but
+// never for more than the GPU's sampling period. That period is learned from
+// the device's own utilisation samples (nvmlDeviceGetSamples), which come
+// every period, idle or not: the shortest gap between two of them. Where the
+// device's samples cannot be had, the shortest gap between two samples of
+// one process stands in, at most the shortest period drivers document
+// (1/6 s). A gap that spans periods without samples then counts one period,
+// not all of them. Misjudged, the period is only ever taken short: GPU time
+// is then read low, never high, so that an honest tenant is not charged for
+// time it did not use.
+//
+// The stretch a reading covers ends at its latest sample, not at the moment
+// it was read: whoever compares it with another figure (the scheduler's
+// charges) must compare over that same stretch.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +30,29 @@
 
 namespace cushare::sched {
 
+// What a reader learns of one GPU's samples from reading to reading.
+struct SampleHistory {
+  // Drivers document sampling periods of 1/6 s to 1 s for utilisation:
+  // the longest a sample stands for, and the longest before a period is seen.
+  static constexpr unsigned long long kMaxPeriodUs = 1'000'000;
+  static constexpr unsigned long long kUnseenPeriodUs = 166'667;
+  // A process without a sample for this long starts afresh.
+  static constexpr unsigned long long kForgetUs = 10'000'000;
+
+  // The shortest gap seen between two of the device's samples, and between
+  // two samples of one process; 0 until one is.
+  unsigned long long device_period_us = 0, process_period_us = 0;
+  unsigned long long last_device_stamp_us = 0;                // 0: none yet
+  std::map<std::uint32_t, unsigned long long> last_stamp_us;  // per PID
+
+  // The longest a process's sample stands for.
+  unsigned long long longest_period_us() const;
+};
+
+// Learns the device's sampling period from the stamps of its utilisation
+// samples newer than history.last_device_stamp_us (any order).
+void learn_device_period(std::span<const unsigned long long> stamps_us, SampleHistory& history);
+
 struct SampledBusy {
   std::map<std::uint32_t, std::uint64_t> busy_ns;  // host PID -> GPU time
   // The stretch the samples stand for, in the samples' clock (wall-clock
@@ -22,10 +60,10 @@ struct SampledBusy {
   unsigned long long from_us = 0, to_us = 0;
 };
 
-// Samples stamped after `seen_us` (the previous reading's latest), each
-// standing for its process's utilisation over the period from the
-// previous distinct stamp (or `seen_us`) to its own.
+// Samples stamped after `seen_us` (the previous reading's latest); a
+// process's first sample stands for the time since `seen_us`, within the
+// bounds above. Updates `history`.
 SampledBusy busy_from_samples(std::span<const nvml::ProcessUtilizationSample> samples,
-                              unsigned long long seen_us);
+                              unsigned long long seen_us, SampleHistory& history);
 
 }  // namespace cushare::sched

@@ -45,6 +45,7 @@ NvmlReader::NvmlReader() {
   get_uuid_ = symbol<nvml::DeviceGetStringFn>(lib_, "nvmlDeviceGetUUID");
   get_process_utilization_ =
       symbol<nvml::DeviceGetProcessUtilizationFn>(lib_, "nvmlDeviceGetProcessUtilization");
+  get_samples_ = symbol<nvml::DeviceGetSamplesFn>(lib_, "nvmlDeviceGetSamples");
   if (!init || !get_handle_by_uuid_ || !get_processes_) {
     spdlog::warn("NVML lacks the functions the daemon needs; no overhead reconciliation");
     return;
@@ -129,11 +130,34 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
   }
   if (rc != kSuccess) return std::nullopt;
   samples.resize(std::min<std::size_t>(count, samples.size()));
-  SampledBusy sampled = busy_from_samples(samples, seen->second);
+  SampleHistory& history = histories_[uuid];
+  learn_sampling_period(dev, history);
+  SampledBusy sampled = busy_from_samples(samples, seen->second, history);
   seen->second = sampled.to_us;
   return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),
                      .from_ns = to_monotonic(sampled.from_us),
                      .to_ns = to_monotonic(sampled.to_us)};
+}
+
+// The device's utilisation samples come every sampling period, idle or
+// not: their stamps show the period that the processes' samples stand for.
+void NvmlReader::learn_sampling_period(Device dev, SampleHistory& history) {
+  if (!get_samples_) return;
+  int type = 0;
+  unsigned int count = 0;
+  if (get_samples_(dev, nvml::kGpuUtilizationSamples, history.last_device_stamp_us, &type, &count,
+                   nullptr) != kSuccess ||
+      count == 0)
+    return;
+  std::vector<nvml::Sample> samples(std::min(count, 4096u));
+  count = static_cast<unsigned int>(samples.size());
+  if (get_samples_(dev, nvml::kGpuUtilizationSamples, history.last_device_stamp_us, &type, &count,
+                   samples.data()) != kSuccess)
+    return;
+  std::vector<unsigned long long> stamps;
+  for (unsigned int i = 0; i < count && i < samples.size(); ++i)
+    stamps.push_back(samples[i].timeStamp);
+  learn_device_period(stamps, history);
 }
 
 }  // namespace cushare::sched

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/nvml_busy.hpp"
 #include "shm/nvml_api.hpp"
 
 namespace cushare::sched {
@@ -48,8 +49,12 @@ class NvmlReader {
   nvml::DeviceGetHandleByIndexFn get_handle_by_index_ = nullptr;
   nvml::DeviceGetStringFn get_uuid_ = nullptr;
   nvml::DeviceGetProcessUtilizationFn get_process_utilization_ = nullptr;
+  nvml::DeviceGetSamplesFn get_samples_ = nullptr;
   nvml::ShutdownFn shutdown_ = nullptr;
   std::map<std::string, unsigned long long> last_seen_us_;  // per GPU UUID
+  std::map<std::string, SampleHistory> histories_;          // per GPU UUID
+
+  void learn_sampling_period(nvml::Device dev, SampleHistory& history);
 };
 
 // Context overhead to charge a process: what NVML says it uses minus what

@@ -81,6 +81,13 @@ struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
   unsigned int decUtil;
 };
 
+inline constexpr int kGpuUtilizationSamples = 1;  // nvmlSamplingType_t
+
+struct Sample {                    // nvmlSample_t
+  unsigned long long timeStamp;    // CPU time, microseconds
+  unsigned long long sampleValue;  // nvmlValue_t: 8 bytes, of the type the call names
+};
+
 struct EventData {  // nvmlEventData_t
   Device device;
   unsigned long long eventType;
@@ -120,6 +127,9 @@ using DeviceGetProcessesFn = Return (*)(Device, unsigned int*, ProcessInfo*);
 // nvmlDeviceGetProcessUtilization
 using DeviceGetProcessUtilizationFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*,
                                                  unsigned long long);
+// nvmlDeviceGetSamples (the enums as int)
+using DeviceGetSamplesFn = Return (*)(Device, int, unsigned long long, int*, unsigned int*,
+                                      Sample*);
 // nvmlEventSetCreate
 using EventSetCreateFn = Return (*)(EventSet*);
 // nvmlDeviceRegisterEvents

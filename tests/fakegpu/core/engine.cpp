@@ -291,18 +291,30 @@ bool device_busy_since(const SharedState& s, uint32_t device, uint64_t since_ns,
                      span);
 }
 
-bool process_period_busy(const SharedState& s, int32_t proc, uint32_t device, uint64_t k,
-                         uint64_t* busy) {
-  const DeviceSlot& d = s.devices[device];
+namespace {
+
+// The growth of a checkpoint ring's counter over period k (checkpoint k-1 to k).
+bool ring_period_busy(const DeviceSlot& d, const uint64_t* ring, uint64_t k, uint64_t* busy) {
   const uint64_t oldest = d.ck_index >= kUtilRing - 1 ? d.ck_index - (kUtilRing - 1) : 0;
   if (k == 0 || k > d.ck_index || k - 1 < oldest) return false;
-  // A slot is zeroed when its process registers: checkpoints from before
-  // hold zero for it, as its counter did then.
-  const uint64_t* ring = s.procs[proc].ck_busy[device];
   const uint64_t from = k - 1 == 0 ? 0 : ring[(k - 1) % kUtilRing];
   const uint64_t to = ring[k % kUtilRing];
   *busy = to - std::min(to, from);
   return true;
+}
+
+}  // namespace
+
+bool device_period_busy(const SharedState& s, uint32_t device, uint64_t k, uint64_t* busy) {
+  const DeviceSlot& d = s.devices[device];
+  return ring_period_busy(d, d.ck_busy, k, busy);
+}
+
+bool process_period_busy(const SharedState& s, int32_t proc, uint32_t device, uint64_t k,
+                         uint64_t* busy) {
+  // A slot is zeroed when its process registers: checkpoints from before
+  // hold zero for it, as its counter did then.
+  return ring_period_busy(s.devices[device], s.procs[proc].ck_busy[device], k, busy);
 }
 
 bool process_busy_since(const SharedState& s, int32_t proc, uint32_t device, uint64_t since_ns,

@@ -56,6 +56,8 @@ bool device_busy_since(const SharedState& s, uint32_t device, uint64_t since_ns,
 // holds both ends or checkpoint k is not written yet.
 bool process_period_busy(const SharedState& s, int32_t proc, uint32_t device, uint64_t k,
                          uint64_t* busy);
+// The same for the whole device.
+bool device_period_busy(const SharedState& s, uint32_t device, uint64_t k, uint64_t* busy);
 bool process_busy_since(const SharedState& s, int32_t proc, uint32_t device, uint64_t since_ns,
                         uint64_t now, uint64_t* busy, uint64_t* span);
 

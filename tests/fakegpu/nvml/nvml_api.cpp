@@ -456,6 +456,53 @@ FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
   return NVML_SUCCESS;
 }
 
+// The device's own utilisation samples (GPU_UTILIZATION_SAMPLES only): one
+// per 100 ms sampling period, idle ones included, stamped at the period's
+// end, for the periods that ended after lastSeen and that the checkpoint
+// ring still holds. Without a buffer, the count there is; with one, as many
+// as fit, oldest first.
+FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                                   unsigned long long lastSeenTimeStamp,
+                                                   nvmlValueType_t* sampleValType,
+                                                   unsigned int* sampleCount,
+                                                   nvmlSample_t* samples) {
+  uint32_t i = 0;
+  if (nvmlReturn_t r = device_of(device, &i); r != NVML_SUCCESS) return r;
+  if (sampleValType == nullptr || sampleCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (type < NVML_TOTAL_POWER_SAMPLES || type >= NVML_SAMPLINGTYPE_COUNT)
+    return NVML_ERROR_INVALID_ARGUMENT;
+  if (type != NVML_GPU_UTILIZATION_SAMPLES) return NVML_ERROR_NOT_SUPPORTED;
+  std::vector<nvmlSample_t> found;
+  see_foreign(*nvml().file);
+  {
+    StateLock lock(*nvml().file);
+    const SharedState& s = lock.state();
+    const DeviceSlot& d = s.devices[i];
+    const uint64_t created = s.header.created_ns;
+    for (uint64_t k = d.ck_index >= kUtilRing - 1 ? d.ck_index - (kUtilRing - 2) : 1;
+         k <= d.ck_index; ++k) {
+      const uint64_t stamp = wall_us_from_monotonic(created + k * kUtilPeriodNs);
+      uint64_t busy = 0;
+      if (stamp <= lastSeenTimeStamp || !device_period_busy(s, i, k, &busy)) continue;
+      nvmlSample_t sample{};
+      sample.timeStamp = stamp;
+      sample.sampleValue.uiVal = static_cast<unsigned>(
+          std::min<uint64_t>(100, (busy * 100 + kUtilPeriodNs / 2) / kUtilPeriodNs));
+      found.push_back(sample);
+    }
+  }
+  *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+  if (found.empty()) return NVML_ERROR_NOT_FOUND;
+  if (samples == nullptr) {
+    *sampleCount = static_cast<unsigned>(found.size());
+    return NVML_SUCCESS;
+  }
+  const auto n = std::min<std::size_t>(*sampleCount, found.size());
+  std::copy_n(found.begin(), n, samples);
+  *sampleCount = static_cast<unsigned>(n);
+  return NVML_SUCCESS;
+}
+
 FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
     unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp) {

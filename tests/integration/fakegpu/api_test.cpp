@@ -636,6 +636,44 @@ TEST_F(Api, NvmlAgreesWithTheDriverView) {
   ASSERT_EQ(nvmlDeviceGetUtilizationRates(dev, &util), NVML_SUCCESS);
   EXPECT_EQ(util.gpu, 0u);
 
+  // The device's own samples come every period, idle ones included, 100 ms
+  // apart and stamped at the periods' ends (the processes' stop with their work).
+  nvmlValueType_t type{};
+  unsigned available = 0;
+  ASSERT_EQ(
+      nvmlDeviceGetSamples(dev, NVML_GPU_UTILIZATION_SAMPLES, latest, &type, &available, nullptr),
+      NVML_SUCCESS);
+  EXPECT_GE(available, 11u);  // the 1.2 s idle since the latest process sample
+  nvmlSample_t device_samples[128];
+  unsigned got = 128;
+  ASSERT_EQ(
+      nvmlDeviceGetSamples(dev, NVML_GPU_UTILIZATION_SAMPLES, latest, &type, &got, device_samples),
+      NVML_SUCCESS);
+  EXPECT_EQ(type, NVML_VALUE_TYPE_UNSIGNED_INT);
+  EXPECT_EQ(got, available);
+  for (unsigned k = 0; k < got; ++k) {
+    EXPECT_GT(device_samples[k].timeStamp, latest);
+    EXPECT_EQ(device_samples[k].sampleValue.uiVal, 0u) << "idle after the kernels";
+    if (k > 0) {
+      EXPECT_NEAR(
+          static_cast<double>(device_samples[k].timeStamp - device_samples[k - 1].timeStamp),
+          100'000, 1'000);
+    }
+  }
+  // As many as fit, oldest first; other kinds are not modelled.
+  unsigned two = 2;
+  ASSERT_EQ(nvmlDeviceGetSamples(dev, NVML_GPU_UTILIZATION_SAMPLES, latest, &type, &two,
+                                 device_samples + 64),
+            NVML_SUCCESS);
+  EXPECT_EQ(two, 2u);
+  EXPECT_EQ(device_samples[64].timeStamp, device_samples[0].timeStamp);
+  EXPECT_EQ(nvmlDeviceGetSamples(dev, NVML_TOTAL_POWER_SAMPLES, 0, &type, &two, nullptr),
+            NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(
+      nvmlDeviceGetSamples(dev, NVML_GPU_UTILIZATION_SAMPLES,
+                           device_samples[got - 1].timeStamp + 10'000'000, &type, &two, nullptr),
+      NVML_ERROR_NOT_FOUND);
+
   cuMemFree(p);
   EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
 }

@@ -18,26 +18,121 @@ nvml::ProcessUtilizationSample sample(unsigned pid, unsigned long long stamp_us,
       .pid = pid, .timeStamp = stamp_us, .smUtil = util, .memUtil = 0, .encUtil = 0, .decUtil = 0};
 }
 
-TEST(BusyFromSamples, EachSampleStandsForThePeriodSinceThePreviousStamp) {
-  const std::vector samples = {sample(7, 1'200'000, 50), sample(8, 1'100'000, 20),
+TEST(BusyFromSamples, EachSampleStandsForTheTimeSinceItsProcesssPreviousOne) {
+  SampleHistory history;
+  const std::vector samples = {sample(7, 1'200'000, 50), sample(8, 1'150'000, 20),
                                sample(7, 1'100'000, 30), sample(7, 900'000, 100)};
-  const SampledBusy b = busy_from_samples(samples, 1'000'000);
+  const SampledBusy b = busy_from_samples(samples, 1'000'000, history);
   // The sample stamped before the previous reading's latest is not counted
-  // again; the others stand for 100 ms each.
+  // again. A process's first sample stands for the time since that
+  // reading, later ones for the time since its own previous sample, and
+  // none for more than the period learned (100 ms, from process 7's two).
   EXPECT_EQ(b.busy_ns.at(7), 30 * kMs + 50 * kMs);
   EXPECT_EQ(b.busy_ns.at(8), 20 * kMs);
+  EXPECT_EQ(history.process_period_us, 100'000u);
   EXPECT_EQ(b.from_us, 1'000'000u);
   EXPECT_EQ(b.to_us, 1'200'000u);
 }
 
-TEST(BusyFromSamples, NoFreshSampleCoversNothing) {
+TEST(BusyFromSamples, PeriodsWithoutSamplesAreNotCountedAsBusy) {
+  // A driver's sample per 100 ms period, none for periods a process spent
+  // idle: 10 ms busy in two periods of every five. Read every 500 ms, the
+  // gaps across the idle periods count one period each, not four.
+  SampleHistory history;
+  unsigned long long seen = 1'000'000;
+  std::uint64_t total = 0;
+  for (unsigned long long reading = 1; reading <= 6; ++reading) {
+    const unsigned long long base = 1'000'000 + (reading - 1) * 500'000;
+    const std::vector samples = {sample(7, base + 100'000, 10), sample(7, base + 200'000, 10)};
+    const SampledBusy b = busy_from_samples(samples, seen, history);
+    seen = b.to_us;
+    EXPECT_EQ(b.busy_ns.at(7), 20 * kMs) << "reading " << reading;
+    total += b.busy_ns.at(7);
+  }
+  EXPECT_EQ(history.process_period_us, 100'000u);
+  EXPECT_EQ(total, 6 * 20 * kMs);
+}
+
+TEST(BusyFromSamples, OneSamplePerReadingStandsForTheWholeReadingWhereTheDeviceSaysSo) {
+  // A driver that answers each reading with one sample per process over
+  // the time since lastSeen, its device sampled every 500 ms too.
+  SampleHistory history;
+  const std::vector<unsigned long long> device = {1'000'000, 1'500'000, 2'000'000};
+  learn_device_period(device, history);
+  EXPECT_EQ(history.device_period_us, 500'000u);
+  unsigned long long seen = 1'000'000;
+  for (unsigned long long reading = 1; reading <= 4; ++reading) {
+    const std::vector samples = {sample(7, 1'000'000 + reading * 500'000, 30)};
+    const SampledBusy b = busy_from_samples(samples, seen, history);
+    seen = b.to_us;
+    EXPECT_EQ(b.busy_ns.at(7), 150 * kMs) << "reading " << reading;
+  }
+}
+
+TEST(BusyFromSamples, ABurstInOnePeriodOfManyIsNotReadAsBusyThroughAll) {
+  // 10 ms of work in one 100 ms period of every five, the others without
+  // samples, read every 500 ms. The process's own gaps say 500 ms; the
+  // device's samples (every period, idle or not) say 100 ms, and the bursts
+  // read exactly. Without the device's samples a burst stands for 1/6 s at
+  // most: read high by two thirds, not five times.
+  for (const bool device_sampled : {true, false}) {
+    SampleHistory history;
+    unsigned long long seen = 1'000'000;
+    for (unsigned long long reading = 1; reading <= 4; ++reading) {
+      const unsigned long long end = 1'000'000 + reading * 500'000;
+      if (device_sampled) {
+        std::vector<unsigned long long> device;
+        for (unsigned long long t = end - 400'000; t <= end; t += 100'000) device.push_back(t);
+        learn_device_period(device, history);
+      }
+      const std::vector samples = {sample(7, end, 10)};
+      const SampledBusy b = busy_from_samples(samples, seen, history);
+      seen = b.to_us;
+      EXPECT_EQ(b.busy_ns.at(7), device_sampled ? 10 * kMs : 16'666'700u)
+          << "reading " << reading << (device_sampled ? " with" : " without")
+          << " the device's samples";
+    }
+  }
+}
+
+TEST(LearnDevicePeriod, TheShortestGapBetweenTheDevicesSamplesAcrossReadings) {
+  SampleHistory history;
+  const std::vector<unsigned long long> first = {1'300'000, 1'100'000};
+  learn_device_period(first, history);
+  EXPECT_EQ(history.device_period_us, 200'000u);
+  EXPECT_EQ(history.last_device_stamp_us, 1'300'000u);
+  // Older stamps are not taken again; a gap across two readings counts.
+  const std::vector<unsigned long long> second = {1'200'000, 1'450'000};
+  learn_device_period(second, history);
+  EXPECT_EQ(history.device_period_us, 150'000u);
+  EXPECT_EQ(history.longest_period_us(), 150'000u);
+  // A process's own shorter gap bounds it too; nothing stands for over 1 s.
+  history.process_period_us = 120'000;
+  EXPECT_EQ(history.longest_period_us(), 120'000u);
+  SampleHistory slow{.device_period_us = 5'000'000};
+  EXPECT_EQ(slow.longest_period_us(), SampleHistory::kMaxPeriodUs);
+}
+
+TEST(BusyFromSamples, NoFreshSampleCoversNothingAndOddFiguresAreBounded) {
+  SampleHistory history;
   const std::vector samples = {sample(7, 900'000, 100)};
-  const SampledBusy b = busy_from_samples(samples, 1'000'000);
+  const SampledBusy b = busy_from_samples(samples, 1'000'000, history);
   EXPECT_TRUE(b.busy_ns.empty());
   EXPECT_EQ(b.to_us, b.from_us);
-  // A utilisation past 100 % is read as 100 %.
-  const std::vector odd = {sample(7, 1'100'000, 250)};
-  EXPECT_EQ(busy_from_samples(odd, 1'000'000).busy_ns.at(7), 100 * kMs);
+  // A utilisation past 100 % is read as 100 %, a sample given twice counts
+  // once, and before any period is seen a sample stands for at most 1/6 s.
+  const std::vector odd = {sample(8, 3'500'000, 250), sample(8, 3'500'000, 250)};
+  EXPECT_EQ(busy_from_samples(odd, 1'000'000, history).busy_ns.at(8), 166'667'000u);
+  // However long the period learned, no sample stands for more than 1 s.
+  const std::vector sparse = {sample(8, 6'500'000, 100)};
+  history.device_period_us = 3'000'000;
+  history.process_period_us = 3'000'000;
+  EXPECT_EQ(busy_from_samples(sparse, 3'500'000, history).busy_ns.at(8), 1000 * kMs);
+  // A process not sampled for a long while is forgotten.
+  const std::vector later = {sample(9, 20'000'000, 1)};
+  busy_from_samples(later, 3'500'000, history);
+  EXPECT_FALSE(history.last_stamp_us.contains(8));
+  EXPECT_TRUE(history.last_stamp_us.contains(9));
 }
 
 TEST(ChargeHistory, ReadsTheChargeBetweenAnyTwoMomentsAccruedEvenlyBetweenMarks) {
@@ -91,6 +186,7 @@ TEST(TruthWindow, ChargesReadOverTheSamplesStretchAgreeWithTheSamples) {
   constexpr std::uint64_t kT0 = 10'000 * kMs, kPeriod = 100 * kMs, kRead = 500 * kMs;
   auto charge_at = [&](std::uint64_t t) { return (t - kT0) * 3 / 10; };
   std::vector<nvml::ProcessUtilizationSample> driver;
+  SampleHistory history;
   unsigned long long seen_us = kT0 / 1000;
   std::uint64_t last_read = kT0;
   unsigned readings = 0;
@@ -101,7 +197,7 @@ TEST(TruthWindow, ChargesReadOverTheSamplesStretchAgreeWithTheSamples) {
     const std::uint64_t n = (t - kT0 + kRead / 2) / kRead;
     const std::uint64_t read_at = kT0 + n * kRead + 12 * kMs - (n % 2 ? 0 : 24 * kMs);
     if (t != read_at) continue;
-    const SampledBusy b = busy_from_samples(driver, seen_us);
+    const SampledBusy b = busy_from_samples(driver, seen_us, history);
     const double truth = static_cast<double>(b.busy_ns.at(7));
     const double aligned = static_cast<double>(h.charged(b.from_us * 1000, b.to_us * 1000));
     const double read_to_read = static_cast<double>(charge_at(t) - charge_at(last_read));

@@ -4,9 +4,10 @@ namespace cushare::sched {
 
 void ChargeHistory::record(std::uint64_t now, ChargeMark mark) {
   // The newest point is replaced while it is within the spacing of the one
-  // before it, so that marks stay at least kSpacingNs apart but the newest
-  // is always current.
-  if (size_ >= 2 && now < nth(size_ - 2).at + kSpacingNs) {
+  // before it (or at its very moment), so that the marks before it stay at
+  // least kSpacingNs apart and the newest is always current.
+  if ((size_ >= 2 && now < nth(size_ - 2).at + kSpacingNs) ||
+      (size_ >= 1 && now <= nth(size_ - 1).at)) {
     ring_[(first_ + size_ - 1) % kCapacity] = {now, mark};
     return;
   }

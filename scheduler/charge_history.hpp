@@ -17,9 +17,9 @@ namespace cushare::sched {
 
 class ChargeHistory {
  public:
-  // Marks are kept at least this far apart (a later one within it replaces
-  // the newest), and this many of them: a few seconds, more than any NVML
-  // reading reaches back.
+  // The marks before the newest are at least this far apart (a later one
+  // within it replaces the newest), and this many are kept: about five
+  // seconds, more than an NVML reading reaches back while NVML answers.
   static constexpr std::uint64_t kSpacingNs = 20'000'000;
   static constexpr std::size_t kCapacity = 256;
 
@@ -31,6 +31,9 @@ class ChargeHistory {
   // back between two marks is taken to have come back at the first.
   // 0 without marks.
   std::int64_t charged(std::uint64_t from, std::uint64_t to) const;
+  // Whether the marks reach back to `t` (a stretch from before the oldest
+  // mark would read its charges short).
+  bool covers(std::uint64_t t) const { return size_ != 0 && nth(0).at <= t; }
 
  private:
   struct Point {

@@ -374,7 +374,8 @@ void Daemon::ground_truth(std::uint64_t now) {
     // Per limits entry: ground truth of the whole allocation and of each process.
     struct Entry {
       std::uint64_t memory = 0, busy = 0;
-      std::uint64_t busy_from_ns = UINT64_MAX, busy_to_ns = 0;  // the stretch `busy` covers
+      // The stretch each GPU's figures cover (a '*' entry takes several).
+      std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> busy_stretch;
       bool memory_known = false, busy_known = false;
       std::vector<ProcessUse> memory_users, busy_users;
       std::map<unsigned, std::uint64_t> slot_memory;  // slot -> NVML bytes
@@ -386,10 +387,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       Entry& entry = entries[*e];
       entry.memory_known = entry.memory_known || gpu.memory_ok;
       entry.busy_known = entry.busy_known || gpu.busy_ok;
-      if (gpu.busy_ok) {
-        entry.busy_from_ns = std::min(entry.busy_from_ns, gpu.busy_from_ns);
-        entry.busy_to_ns = std::max(entry.busy_to_ns, gpu.busy_to_ns);
-      }
+      if (gpu.busy_ok) entry.busy_stretch[gpu.uuid] = {gpu.busy_from_ns, gpu.busy_to_ns};
       for (const auto& [slot, p] : st.processes.verified()) {
         auto m = gpu.memory.find(p.host_pid);
         auto b = gpu.busy.find(p.host_pid);
@@ -454,9 +452,10 @@ void Daemon::ground_truth(std::uint64_t now) {
         }
       }
       // GPU time: what NVML saw against what the scheduler charged over the
-      // same stretch (it ends at NVML's latest sample, not now).
-      if (!entry.busy_known || entry.busy_to_ns <= entry.busy_from_ns) continue;
-      const std::uint64_t window = entry.busy_to_ns - entry.busy_from_ns;
+      // same stretch (it ends at NVML's latest sample, not now). The stretch
+      // is the one of the GPU whose scheduler charged the tenant; the GPU
+      // time of a '*' entry's processes on others is held against it too.
+      if (!entry.busy_known) continue;
       auto tid = tenant_ids_.find({alloc_id, e});
       if (tid == tenant_ids_.end()) continue;
       TenantRef* ref = tenant(tid->second);
@@ -464,7 +463,15 @@ void Daemon::ground_truth(std::uint64_t now) {
       LeaseScheduler* found = scheduler_of(*ref);
       if (!found) continue;
       LeaseScheduler& sched = *found;
-      const std::int64_t charged = ref->charges.charged(entry.busy_from_ns, entry.busy_to_ns);
+      auto stretch = entry.busy_stretch.find(ref->gpu_key);
+      if (stretch == entry.busy_stretch.end()) stretch = entry.busy_stretch.begin();
+      if (stretch == entry.busy_stretch.end()) continue;
+      const auto [from, to] = stretch->second;
+      // Nothing new, or a stretch from before the tenant's first charges
+      // kept (it just joined, or NVML answered nothing for seconds).
+      if (to <= from || !ref->charges.covers(from)) continue;
+      const std::uint64_t window = to - from;
+      const std::int64_t charged = ref->charges.charged(from, to);
       // Only a cap is scaled (a burst tenant's virtual time is not): the
       // scale its charges were held to in this window weighs them.
       const bool capped = ref->policy.mode == Mode::kCapped;
@@ -674,6 +681,8 @@ void Daemon::note_lease_length(const std::string& uuid, const LeaseScheduler& sc
 // charged on top is left out: counted as a charge of the next stretch, it
 // would be banked against the very excess it settled.
 void Daemon::record_charges(std::uint64_t now) {
+  next_charge_mark_ns_ = now + ChargeHistory::kSpacingNs;
+  if (!nvml_.available()) return;
   for (auto& [id, ref] : tenants_) {
     LeaseScheduler* sched = scheduler_of(ref);
     if (!sched || !sched->has_tenant(id)) continue;
@@ -681,7 +690,6 @@ void Daemon::record_charges(std::uint64_t now) {
     ref.charges.record(
         now, {.incarnation = st.incarnation, .attributed_ns = st.attributed_ns - st.unleased_ns});
   }
-  next_charge_mark_ns_ = now + ChargeHistory::kSpacingNs;
 }
 
 void Daemon::tick(std::uint64_t now, bool events_may_wait) {

@@ -17,8 +17,8 @@ void learn_device_period(std::span<const unsigned long long> stamps_us, SampleHi
     if (stamp > history.last_device_stamp_us) fresh.push_back(stamp);
   std::sort(fresh.begin(), fresh.end());
   for (const auto stamp : fresh) {
-    if (history.last_device_stamp_us != 0 && stamp > history.last_device_stamp_us) {
-      const unsigned long long gap = stamp - history.last_device_stamp_us;
+    const unsigned long long gap = stamp - history.last_device_stamp_us;
+    if (history.last_device_stamp_us != 0 && gap >= SampleHistory::kMinPeriodUs) {
       history.device_period_us =
           history.device_period_us == 0 ? gap : std::min(history.device_period_us, gap);
     }
@@ -45,7 +45,7 @@ SampledBusy busy_from_samples(std::span<const nvml::ProcessUtilizationSample> sa
     auto [last, first] = history.last_stamp_us.try_emplace(s.pid, seen_us);
     if (s.timeStamp <= last->second) continue;  // the same sample twice
     const unsigned long long gap = s.timeStamp - last->second;
-    if (!first) {
+    if (!first && gap >= SampleHistory::kMinPeriodUs) {
       history.process_period_us =
           history.process_period_us == 0 ? gap : std::min(history.process_period_us, gap);
     }

@@ -13,9 +13,10 @@
 // device's samples cannot be had, the shortest gap between two samples of
 // one process stands in, at most the shortest period drivers document
 // (1/6 s). A gap that spans periods without samples then counts one period,
-// not all of them. Misjudged, the period is only ever taken short: GPU time
-// is then read low, never high, so that an honest tenant is not charged for
-// time it did not use.
+// not all of them. Misjudged, the period is taken short rather than long:
+// GPU time then reads low, which weakens the backstop (and lets a cap's busy
+// scale rise, within its bound), rather than high, which would charge an
+// honest tenant for time it did not use.
 //
 // The stretch a reading covers ends at its latest sample, not at the moment
 // it was read: whoever compares it with another figure (the scheduler's
@@ -36,6 +37,10 @@ struct SampleHistory {
   // the longest a sample stands for, and the longest before a period is seen.
   static constexpr unsigned long long kMaxPeriodUs = 1'000'000;
   static constexpr unsigned long long kUnseenPeriodUs = 166'667;
+  // Gaps shorter than this are not taken for a period (a sample stamped
+  // twice, a clock stepped back): learned once, a tiny period would read
+  // every process idle for good.
+  static constexpr unsigned long long kMinPeriodUs = 20'000;
   // A process without a sample for this long starts afresh.
   static constexpr unsigned long long kForgetUs = 10'000'000;
 

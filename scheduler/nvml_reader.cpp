@@ -114,6 +114,8 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
     last_seen_us_[uuid] = wall_now;
     return ProcessBusy{.from_ns = mono_now, .to_ns = mono_now};
   }
+  SampleHistory& history = histories_[uuid];
+  learn_sampling_period(dev, history);
   std::vector<nvml::ProcessUtilizationSample> samples(64);
   unsigned int count = 0;
   int rc = kErrorInsufficientSize;
@@ -123,15 +125,19 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
     if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
-  if (rc == kErrorNotFound) {  // nothing ran since the last call
-    ProcessBusy idle{.from_ns = to_monotonic(seen->second), .to_ns = mono_now};
-    seen->second = wall_now;
+  if (rc == kErrorNotFound) {
+    // Nothing ran in the periods that are over. The one in progress may
+    // still bring a sample, for time from before now: the stretch ends a
+    // whole period back, so that the sample falls in the next one.
+    const unsigned long long back = history.longest_period_us();
+    const unsigned long long end =
+        std::max(seen->second, wall_now > back ? wall_now - back : seen->second);
+    ProcessBusy idle{.from_ns = to_monotonic(seen->second), .to_ns = to_monotonic(end)};
+    seen->second = end;
     return idle;
   }
   if (rc != kSuccess) return std::nullopt;
   samples.resize(std::min<std::size_t>(count, samples.size()));
-  SampleHistory& history = histories_[uuid];
-  learn_sampling_period(dev, history);
   SampledBusy sampled = busy_from_samples(samples, seen->second, history);
   seen->second = sampled.to_us;
   return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),

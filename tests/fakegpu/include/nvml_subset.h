@@ -225,8 +225,8 @@ nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                    nvmlUtilization_t* utilization);
 nvmlReturn_t DECLDIR nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
                                           unsigned long long lastSeenTimeStamp,
-                                          nvmlValueType_t* sampleValType,
-                                          unsigned int* sampleCount, nvmlSample_t* samples);
+                                          nvmlValueType_t* sampleValType, unsigned int* sampleCount,
+                                          nvmlSample_t* samples);
 nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                      nvmlProcessUtilizationSample_t* utilization,
                                                      unsigned int* processSamplesCount,

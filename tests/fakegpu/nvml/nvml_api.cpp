@@ -121,16 +121,22 @@ nvmlReturn_t fill_processes(nvmlDevice_t device, unsigned int* infoCount, Info* 
 }
 
 // NVML timestamps are CPU time in microseconds (wall clock); the engine runs
-// on CLOCK_MONOTONIC.
+// on CLOCK_MONOTONIC. The offset between the two is taken once per process,
+// so that a sample's stamp is the same at every call (read afresh, two
+// clock readings a few ns apart could move a stamp by a microsecond, and a
+// sample already seen would come again as newer than lastSeen).
+uint64_t wall_minus_monotonic_ns() {
+  static const uint64_t offset = realtime_ns() - monotonic_ns();
+  return offset;
+}
+
 uint64_t wall_us_from_monotonic(uint64_t mono_ns) {
-  const uint64_t now_mono = monotonic_ns(), now_wall = realtime_ns();
-  return (now_wall - (now_mono - std::min(now_mono, mono_ns))) / 1000;
+  return (mono_ns + wall_minus_monotonic_ns()) / 1000;
 }
 
 uint64_t monotonic_from_wall_us(uint64_t wall_us) {
-  const uint64_t now_mono = monotonic_ns(), now_wall = realtime_ns();
-  const uint64_t wall_ns = wall_us * 1000;
-  return wall_ns >= now_wall ? now_mono : now_mono - std::min(now_mono, now_wall - wall_ns);
+  const uint64_t wall_ns = wall_us * 1000, offset = wall_minus_monotonic_ns();
+  return wall_ns > offset ? wall_ns - offset : 0;
 }
 
 }  // namespace
@@ -520,10 +526,9 @@ FAKEGPU_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     // checkpoint period), stamped at the period's end, for the periods that
     // ended after lastSeen and within the last second. The periods tile
     // time, so a reader that takes each sample for the time since the
-    // previous one counts every moment once. (A stamp read back as lastSeen
-    // converts to within microseconds of its checkpoint: 1 ms of slack.)
+    // previous one counts every moment once.
     const uint64_t created = s.header.created_ns;
-    const uint64_t since = std::max(monotonic_from_wall_us(lastSeenTimeStamp) + 1'000'000,
+    const uint64_t since = std::max(monotonic_from_wall_us(lastSeenTimeStamp),
                                     now - std::min<uint64_t>(now, 1'000'000'000));
     const uint64_t first_k = since <= created ? 1 : (since - created) / kUtilPeriodNs + 1;
     for (uint64_t k = first_k; k <= d.ck_index; ++k) {

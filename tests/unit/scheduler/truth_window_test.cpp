@@ -106,6 +106,11 @@ TEST(LearnDevicePeriod, TheShortestGapBetweenTheDevicesSamplesAcrossReadings) {
   learn_device_period(second, history);
   EXPECT_EQ(history.device_period_us, 150'000u);
   EXPECT_EQ(history.longest_period_us(), 150'000u);
+  // A sample stamped twice (a microsecond apart) or a clock stepped back
+  // teaches nothing: a tiny period would read every process idle for good.
+  const std::vector<unsigned long long> twice = {1'450'001, 1'600'001};
+  learn_device_period(twice, history);
+  EXPECT_EQ(history.device_period_us, 150'000u);
   // A process's own shorter gap bounds it too; nothing stands for over 1 s.
   history.process_period_us = 120'000;
   EXPECT_EQ(history.longest_period_us(), 120'000u);
@@ -162,7 +167,9 @@ TEST(ChargeHistory, RefundsReadNegativeAndAComebackCountsFromTheMarkBefore) {
 
 TEST(ChargeHistory, KeepsMarksApartAndTheNewestCurrentAndForgetsTheOldest) {
   ChargeHistory h;
+  EXPECT_FALSE(h.covers(0));
   h.record(0, {1, 0});
+  EXPECT_TRUE(h.covers(0));
   // Within the spacing of the mark before, the newest is replaced.
   for (std::uint64_t t = 1; t <= 30; ++t) h.record(t * kMs, {1, t * kMs});
   EXPECT_EQ(h.charged(0, 30 * kMs), static_cast<std::int64_t>(30 * kMs));
@@ -173,6 +180,11 @@ TEST(ChargeHistory, KeepsMarksApartAndTheNewestCurrentAndForgetsTheOldest) {
   const std::uint64_t kept = ChargeHistory::kCapacity * ChargeHistory::kSpacingNs;
   EXPECT_EQ(h.charged(20'000 * kMs - kept / 2, 20'000 * kMs), static_cast<std::int64_t>(kept / 2));
   EXPECT_LT(h.charged(0, 20'000 * kMs), static_cast<std::int64_t>(kept));
+  EXPECT_FALSE(h.covers(0));
+  EXPECT_TRUE(h.covers(20'000 * kMs - kept / 2));
+  // A second mark at the newest's own moment replaces it.
+  h.record(20'000 * kMs, {1, 20'010 * kMs});
+  EXPECT_EQ(h.charged(20'000 * kMs - 20 * kMs, 20'000 * kMs), static_cast<std::int64_t>(30 * kMs));
 }
 
 // A tenant charged at a steady 30 %, sampled as a driver does (a sample per

@@ -34,6 +34,7 @@ class ChargeHistory {
   // Whether the marks reach back to `t` (a stretch from before the oldest
   // mark would read its charges short).
   bool covers(std::uint64_t t) const { return size_ != 0 && nth(0).at <= t; }
+  bool empty() const { return size_ == 0; }
 
  private:
   struct Point {

@@ -468,8 +468,10 @@ void Daemon::ground_truth(std::uint64_t now) {
       if (stretch == entry.busy_stretch.end()) continue;
       const auto [from, to] = stretch->second;
       // Nothing new, or a stretch from before the tenant's first charges
-      // kept (it just joined, or NVML answered nothing for seconds).
-      if (to <= from || !ref->charges.covers(from)) continue;
+      // kept (it just joined, or NVML answered nothing for seconds). A
+      // tenant never charged at all is judged against nothing: its GPU
+      // time ran without leases.
+      if (to <= from || (!ref->charges.empty() && !ref->charges.covers(from))) continue;
       const std::uint64_t window = to - from;
       const std::int64_t charged = ref->charges.charged(from, to);
       // Only a cap is scaled (a burst tenant's virtual time is not): the

@@ -168,7 +168,9 @@ TEST(ChargeHistory, RefundsReadNegativeAndAComebackCountsFromTheMarkBefore) {
 TEST(ChargeHistory, KeepsMarksApartAndTheNewestCurrentAndForgetsTheOldest) {
   ChargeHistory h;
   EXPECT_FALSE(h.covers(0));
+  EXPECT_TRUE(h.empty());
   h.record(0, {1, 0});
+  EXPECT_FALSE(h.empty());
   EXPECT_TRUE(h.covers(0));
   // Within the spacing of the mark before, the newest is replaced.
   for (std::uint64_t t = 1; t <= 30; ++t) h.record(t * kMs, {1, t * kMs});

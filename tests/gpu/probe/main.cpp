@@ -39,6 +39,12 @@ int main(int argc, char** argv) try {
       ->check(CLI::PositiveNumber)
       ->transform([](const std::string& v) { return std::to_string(std::stod(v) / 1000.0); });
   s->add_flag("--wait-go", spin.wait_go, "wait for 'go' on stdin before starting");
+  s->add_option("--busy-ms", spin.busy_ms, "kernels per period, in ms of kernel time")
+      ->check(CLI::PositiveNumber);
+  auto* period = s->add_option("--period-ms", spin.period_ms, "run in bursts, one per period")
+                     ->check(CLI::PositiveNumber);
+  s->get_option("--busy-ms")->needs(period);
+  period->needs(s->get_option("--busy-ms"));
 
   LaunchOptions launch;
   auto* l = app.add_subcommand("launch", "host cost of launching an empty kernel");
@@ -60,12 +66,22 @@ int main(int argc, char** argv) try {
   auto* n = app.add_subcommand("nvml", "NVML's memory view (as nvidia-smi sees it)");
   n->add_option("--uuid", nvml.uuid, "device UUID (default: NVML index 0)");
 
+  SamplingOptions sampling;
+  auto* ns = app.add_subcommand(
+      "nvml-sampling",
+      "NVML's utilisation samples, raw and as the daemon's ground truth reads them");
+  ns->add_option("--uuid", sampling.uuid, "device UUID (default: the first NVML lists)");
+  ns->add_option("--seconds", sampling.seconds, "how long to read")->check(CLI::PositiveNumber);
+  ns->add_option("--interval-ms", sampling.interval_ms, "time between readings")
+      ->check(CLI::Range(10, 10000));
+
   CLI11_PARSE(app, argc, argv);
   if (a->parsed()) return runAlloc(alloc);
   if (s->parsed()) return runSpin(spin);
   if (l->parsed()) return runLaunch(launch);
   if (g->parsed()) return runGraph(graph);
   if (n->parsed()) return runNvml(nvml);
+  if (ns->parsed()) return runSampling(sampling);
   return 2;
 } catch (const CudaError& e) {
   emit({{"event", "error"}, {"message", e.what()}, {"code", static_cast<int>(e.code())}});

@@ -1,7 +1,11 @@
 // spin: a busy tenant. Keeps `inflight` spin kernels of a known length queued
-// for a wall-clock duration and reports completions as progress lines; the
-// orchestrator turns completions x kernel length into GPU time.
+// for a wall-clock duration (or runs them in bursts, on a duty cycle) and
+// reports completions as progress lines; the orchestrator turns completions x
+// kernel length into GPU time.
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "tests/gpu/probe/control.hpp"
 #include "tests/gpu/probe/device.hpp"
@@ -23,8 +27,12 @@ int runSpin(const SpinOptions& o) {
       if (line == "release") return 0;
     }
   }
-  const LoopResult run = runLoop(api, stream, o.inflight, o.progress_s, o.seconds, control,
-                                 [&] { return dev.launchSpin(stream, o.kernel_ns); });
+  const auto launch = [&] { return dev.launchSpin(stream, o.kernel_ns); };
+  const auto burst_units = static_cast<std::uint64_t>(o.busy_ms * 1e6 / o.kernel_ns + 0.5);
+  const LoopResult run =
+      o.period_ms > 0 ? runDutyLoop(api, stream, o.inflight, o.seconds, o.period_ms / 1000.0,
+                                    std::max<std::uint64_t>(burst_units, 1), control, launch)
+                      : runLoop(api, stream, o.inflight, o.progress_s, o.seconds, control, launch);
   emit({{"event", "done"},
         {"n", run.completed},
         {"seconds", run.seconds},

@@ -25,6 +25,10 @@ struct SpinOptions {
   int inflight = 4;
   double progress_s = 0.1;
   bool wait_go = false;
+  // A duty cycle instead of a full queue: every `period_ms`, `busy_ms` of
+  // kernels back to back, then idle (0: always busy).
+  double busy_ms = 0;
+  double period_ms = 0;
 };
 
 struct LaunchOptions {
@@ -46,10 +50,17 @@ struct NvmlOptions {
   std::string uuid;  // "" : index 0
 };
 
+struct SamplingOptions {
+  std::string uuid;  // "" : the first GPU NVML enumerates
+  double seconds = 4;
+  int interval_ms = 500;  // the daemon's ground-truth interval
+};
+
 int runAlloc(const AllocOptions& o);
 int runSpin(const SpinOptions& o);
 int runLaunch(const LaunchOptions& o);
 int runGraph(const GraphOptions& o);
 int runNvml(const NvmlOptions& o);
+int runSampling(const SamplingOptions& o);
 
 }  // namespace cushare::gpuprobe

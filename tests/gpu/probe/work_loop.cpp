@@ -2,6 +2,8 @@
 
 #include "tests/gpu/probe/messages.hpp"
 
+#include <algorithm>
+
 namespace cushare::gpuprobe {
 
 WorkLoop::WorkLoop(const DriverApi& api, CUstream stream, int inflight, double progress_interval_s)
@@ -72,6 +74,25 @@ LoopResult runLoop(const DriverApi& api, CUstream stream, int inflight, double p
     loop.submit(enqueue);
   }
   loop.drain();
+  return {loop.completed(), monotonicSeconds() - start};
+}
+
+LoopResult runDutyLoop(const DriverApi& api, CUstream stream, int inflight, double seconds,
+                       double period_s, std::uint64_t units, ControlChannel& control,
+                       const std::function<CUresult()>& enqueue) {
+  const double start = monotonicSeconds();
+  // Progress comes from the marks at the bursts' edges only.
+  WorkLoop loop(api, stream, inflight, 1e9);
+  double period_start = start;
+  while ((seconds <= 0 || period_start - start < seconds) && !control.releaseRequested()) {
+    loop.report();
+    for (std::uint64_t i = 0; i < units; ++i) loop.submit(enqueue);
+    loop.drain();
+    // A burst that overran its period (a throttled tenant) starts the next one now.
+    period_start = std::max(period_start + period_s, monotonicSeconds());
+    const double rest = period_start - monotonicSeconds();
+    if (rest > 0) control.nextLine(static_cast<int>(rest * 1000));
+  }
   return {loop.completed(), monotonicSeconds() - start};
 }
 

@@ -27,6 +27,8 @@ class WorkLoop {
   void submit(const std::function<CUresult()>& enqueue);
   // Waits for everything queued and emits a last progress line.
   void drain();
+  // Emits a progress line now.
+  void report() { reportIfDue(true); }
   std::uint64_t completed() const { return completed_; }
 
  private:
@@ -53,5 +55,12 @@ struct LoopResult {
 LoopResult runLoop(const DriverApi& api, CUstream stream, int inflight, double progress_s,
                    double seconds, ControlChannel& control,
                    const std::function<CUresult()>& enqueue);
+
+// As runLoop, on a duty cycle: every `period_s`, `units` of work back to
+// back, drained, then idle until the period ends. A progress line marks each
+// burst's start and end, so completions interpolate exactly between bursts.
+LoopResult runDutyLoop(const DriverApi& api, CUstream stream, int inflight, double seconds,
+                       double period_s, std::uint64_t units, ControlChannel& control,
+                       const std::function<CUresult()>& enqueue);
 
 }  // namespace cushare::gpuprobe

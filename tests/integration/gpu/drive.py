@@ -252,7 +252,7 @@ def scenario_budget(args):
         print(f"ok: {statuses} in {secs:.1f} s")
 
 
-ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "5", "6", "7", "8", "9"]
+ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "10", "5", "6", "7", "8", "9"]
 
 
 def main():
@@ -278,6 +278,8 @@ def main():
             scenario_checks(args, ["6", "7"], must_pass=["7"])
         elif args.scenario == "robustness":
             scenario_checks(args, ["8"], must_pass=[])
+        elif args.scenario == "sampling":
+            scenario_checks(args, ["10"], must_pass=["10"])
         elif args.scenario == "unavailable":
             scenario_unavailable(args)
         elif args.scenario == "interrupt":

@@ -4,7 +4,7 @@ the function run(suite, result, deadline)."""
 
 from collections import namedtuple
 
-from . import graphs, lookups, memory, overhead, robustness, smi, timeshare
+from . import graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
 
 Check = namedtuple("Check", "id title budget_s needs_daemon run")
 
@@ -20,6 +20,9 @@ CHECKS = [
     Check("3", "nvidia-smi under the shim shows the quota", 30, False, smi.nvidia_smi_view),
     Check("3b", "NVML memory view under the shim", 30, False, smi.nvml_view),
     Check("4", "two processes of one allocation share one quota", 45, False, memory.shared_quota),
+    # Early: cheap, and what the daemon's ground truth rests on.
+    Check("10", "NVML's per-process samples as the daemon's ground truth reads them", 45, False,
+          sampling.run),
     Check("5", "time-sharing: burst 1:3 and capped 30/50", 150, True, timeshare.run),
     Check("6", "overhead: empty-kernel launch and MLP training step", 150, True, overhead.run),
     Check("7", "CUDA graphs: memory counted, launches gated", 60, False, graphs.run),

@@ -49,4 +49,14 @@ std::int64_t ChargeHistory::charged(std::uint64_t from, std::uint64_t to) const 
   return charged_between(at(from), at(to));
 }
 
+std::optional<Stretch> judged_stretch(const std::map<std::string, Stretch>& by_gpu,
+                                      const std::string& gpu_key, const ChargeHistory& charges) {
+  auto it = by_gpu.find(gpu_key);
+  if (it == by_gpu.end()) it = by_gpu.begin();
+  if (it == by_gpu.end()) return std::nullopt;
+  const Stretch s = it->second;
+  if (s.to_ns <= s.from_ns || (!charges.empty() && !charges.covers(s.from_ns))) return std::nullopt;
+  return s;
+}
+
 }  // namespace cushare::sched

@@ -10,6 +10,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "scheduler/ground_truth.hpp"
 
@@ -47,5 +50,20 @@ class ChargeHistory {
   std::array<Point, kCapacity> ring_{};
   std::size_t first_ = 0, size_ = 0;
 };
+
+// A stretch of time NVML's samples cover (monotonic ns).
+struct Stretch {
+  std::uint64_t from_ns = 0, to_ns = 0;
+};
+
+// The stretch a tenant is judged over this pass, given the stretches of the
+// GPUs its limits entry has figures from (several for a '*' entry): the one
+// of the GPU whose scheduler charged it (`gpu_key`), else any of them. None
+// when nothing new was sampled, or when the stretch begins before the
+// oldest charge kept (the tenant joined partway through it, or NVML
+// answered nothing for seconds); a tenant with no charge kept at all is
+// judged, against a charge of nothing: its GPU time ran without leases.
+std::optional<Stretch> judged_stretch(const std::map<std::string, Stretch>& by_gpu,
+                                      const std::string& gpu_key, const ChargeHistory& charges);
 
 }  // namespace cushare::sched

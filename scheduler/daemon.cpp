@@ -357,8 +357,7 @@ void Daemon::ground_truth(std::uint64_t now) {
     if (auto m = nvml_.process_memory(uuid)) g.memory = std::move(*m), g.memory_ok = true;
     if (auto b = nvml_.process_busy(uuid)) {
       g.busy = std::move(b->busy_ns);
-      g.busy_from_ns = b->from_ns;
-      g.busy_to_ns = b->to_ns;
+      g.busy_stretch = {.from_ns = b->from_ns, .to_ns = b->to_ns};
       g.busy_ok = true;
     }
     gpus.push_back(std::move(g));
@@ -375,7 +374,7 @@ void Daemon::ground_truth(std::uint64_t now) {
     struct Entry {
       std::uint64_t memory = 0, busy = 0;
       // The stretch each GPU's figures cover (a '*' entry takes several).
-      std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> busy_stretch;
+      std::map<std::string, Stretch> busy_stretch;
       bool memory_known = false, busy_known = false;
       std::vector<ProcessUse> memory_users, busy_users;
       std::map<unsigned, std::uint64_t> slot_memory;  // slot -> NVML bytes
@@ -387,7 +386,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       Entry& entry = entries[*e];
       entry.memory_known = entry.memory_known || gpu.memory_ok;
       entry.busy_known = entry.busy_known || gpu.busy_ok;
-      if (gpu.busy_ok) entry.busy_stretch[gpu.uuid] = {gpu.busy_from_ns, gpu.busy_to_ns};
+      if (gpu.busy_ok) entry.busy_stretch[gpu.uuid] = gpu.busy_stretch;
       for (const auto& [slot, p] : st.processes.verified()) {
         auto m = gpu.memory.find(p.host_pid);
         auto b = gpu.busy.find(p.host_pid);
@@ -463,15 +462,9 @@ void Daemon::ground_truth(std::uint64_t now) {
       LeaseScheduler* found = scheduler_of(*ref);
       if (!found) continue;
       LeaseScheduler& sched = *found;
-      auto stretch = entry.busy_stretch.find(ref->gpu_key);
-      if (stretch == entry.busy_stretch.end()) stretch = entry.busy_stretch.begin();
-      if (stretch == entry.busy_stretch.end()) continue;
-      const auto [from, to] = stretch->second;
-      // Nothing new, or a stretch from before the tenant's first charges
-      // kept (it just joined, or NVML answered nothing for seconds). A
-      // tenant never charged at all is judged against nothing: its GPU
-      // time ran without leases.
-      if (to <= from || (!ref->charges.empty() && !ref->charges.covers(from))) continue;
+      const auto stretch = judged_stretch(entry.busy_stretch, ref->gpu_key, ref->charges);
+      if (!stretch) continue;
+      const auto [from, to] = *stretch;
       const std::uint64_t window = to - from;
       const std::int64_t charged = ref->charges.charged(from, to);
       // Only a cap is scaled (a burst tenant's virtual time is not): the

@@ -107,7 +107,7 @@ class Daemon {
   struct GpuProcesses {  // what NVML says of one GPU's processes
     std::string uuid;
     std::map<std::uint32_t, std::uint64_t> memory, busy;  // host PID -> bytes / ns
-    std::uint64_t busy_from_ns = 0, busy_to_ns = 0;       // the stretch `busy` covers
+    Stretch busy_stretch;                                 // what `busy` covers
     bool memory_ok = false, busy_ok = false;
   };
   std::map<std::string, std::vector<VerifiedProcess>> unslotted_processes(

@@ -63,4 +63,14 @@ SampledBusy busy_from_samples(std::span<const nvml::ProcessUtilizationSample> sa
   return out;
 }
 
+unsigned long long idle_stretch_end_us(unsigned long long seen_us, unsigned long long wall_now_us,
+                                       unsigned long long period_us) {
+  return std::max(seen_us, wall_now_us > period_us ? wall_now_us - period_us : seen_us);
+}
+
+std::uint64_t ClockPair::to_monotonic_ns(unsigned long long stamp_us) const {
+  const std::uint64_t back = stamp_us < wall_us ? (wall_us - stamp_us) * 1000 : 0;
+  return back < monotonic_ns ? monotonic_ns - back : 0;
+}
+
 }  // namespace cushare::sched

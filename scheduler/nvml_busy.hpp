@@ -71,4 +71,20 @@ struct SampledBusy {
 SampledBusy busy_from_samples(std::span<const nvml::ProcessUtilizationSample> samples,
                               unsigned long long seen_us, SampleHistory& history);
 
+// Where the stretch of a reading that found no new sample ends: a whole
+// period before now (never before `seen_us`), so that a sample the period in
+// progress may still bring, for time before now, falls in the next stretch.
+unsigned long long idle_stretch_end_us(unsigned long long seen_us, unsigned long long wall_now_us,
+                                       unsigned long long period_us);
+
+// Both clocks read at one moment: NVML stamps samples with the wall clock
+// (microseconds), the daemon keeps CLOCK_MONOTONIC (nanoseconds).
+struct ClockPair {
+  std::uint64_t monotonic_ns = 0;
+  unsigned long long wall_us = 0;
+  // A stamp at or before the pair's moment, on the monotonic clock (a stamp
+  // after it reads as the moment itself; none reads before 0).
+  std::uint64_t to_monotonic_ns(unsigned long long stamp_us) const;
+};
+
 }  // namespace cushare::sched

@@ -102,17 +102,11 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
   if (!init_ok_ || !get_process_utilization_) return std::nullopt;
   Device dev = nullptr;
   if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
-  // NVML stamps samples with the wall clock; the daemon keeps monotonic time.
-  const std::uint64_t mono_now = shm::monotonic_ns();
-  const unsigned long long wall_now = wall_us();
-  auto to_monotonic = [&](unsigned long long stamp_us) {
-    const std::uint64_t back = stamp_us < wall_now ? (wall_now - stamp_us) * 1000 : 0;
-    return back < mono_now ? mono_now - back : 0;
-  };
+  const ClockPair clocks{.monotonic_ns = shm::monotonic_ns(), .wall_us = wall_us()};
   auto seen = last_seen_us_.find(uuid);
   if (seen == last_seen_us_.end()) {
-    last_seen_us_[uuid] = wall_now;
-    return ProcessBusy{.from_ns = mono_now, .to_ns = mono_now};
+    last_seen_us_[uuid] = clocks.wall_us;
+    return ProcessBusy{.from_ns = clocks.monotonic_ns, .to_ns = clocks.monotonic_ns};
   }
   SampleHistory& history = histories_[uuid];
   learn_sampling_period(dev, history);
@@ -125,14 +119,11 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
     if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
-  if (rc == kErrorNotFound) {
-    // Nothing ran in the periods that are over. The one in progress may
-    // still bring a sample, for time from before now: the stretch ends a
-    // whole period back, so that the sample falls in the next one.
-    const unsigned long long back = history.longest_period_us();
+  if (rc == kErrorNotFound) {  // nothing ran in the periods that are over
     const unsigned long long end =
-        std::max(seen->second, wall_now > back ? wall_now - back : seen->second);
-    ProcessBusy idle{.from_ns = to_monotonic(seen->second), .to_ns = to_monotonic(end)};
+        idle_stretch_end_us(seen->second, clocks.wall_us, history.longest_period_us());
+    ProcessBusy idle{.from_ns = clocks.to_monotonic_ns(seen->second),
+                     .to_ns = clocks.to_monotonic_ns(end)};
     seen->second = end;
     return idle;
   }
@@ -141,8 +132,8 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
   SampledBusy sampled = busy_from_samples(samples, seen->second, history);
   seen->second = sampled.to_us;
   return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),
-                     .from_ns = to_monotonic(sampled.from_us),
-                     .to_ns = to_monotonic(sampled.to_us)};
+                     .from_ns = clocks.to_monotonic_ns(sampled.from_us),
+                     .to_ns = clocks.to_monotonic_ns(sampled.to_us)};
 }
 
 // The device's utilisation samples come every sampling period, idle or

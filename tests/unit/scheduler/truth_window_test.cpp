@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "scheduler/charge_history.hpp"
@@ -224,6 +226,48 @@ TEST(TruthWindow, ChargesReadOverTheSamplesStretchAgreeWithTheSamples) {
   EXPECT_GE(readings, 18u);
   EXPECT_LT(worst_aligned, 0.01);
   EXPECT_GT(worst_read_to_read, 0.15);  // what reading from moment to moment got wrong
+}
+
+TEST(JudgedStretch, TheStretchOfTheGpuThatChargedTheTenantElseAny) {
+  ChargeHistory h;
+  h.record(1'000 * kMs, {1, 0});
+  const std::map<std::string, Stretch> two{{"GPU-a", {1'100 * kMs, 1'600 * kMs}},
+                                           {"GPU-b", {1'200 * kMs, 1'700 * kMs}}};
+  EXPECT_EQ(judged_stretch(two, "GPU-b", h)->from_ns, 1'200 * kMs);
+  EXPECT_EQ(judged_stretch(two, "GPU-a", h)->to_ns, 1'600 * kMs);
+  // A '*' entry whose GPU is not known yet, or one NVML did not answer for.
+  EXPECT_EQ(judged_stretch(two, "", h)->from_ns, 1'100 * kMs);
+  EXPECT_FALSE(judged_stretch({}, "GPU-a", h));
+}
+
+TEST(JudgedStretch, NothingNewOrAStretchFromBeforeTheChargesKeptIsNotJudged) {
+  ChargeHistory h;
+  h.record(1'000 * kMs, {1, 0});
+  EXPECT_FALSE(judged_stretch({{"GPU-a", {1'500 * kMs, 1'500 * kMs}}}, "GPU-a", h));
+  EXPECT_FALSE(judged_stretch({{"GPU-a", {1'500 * kMs, 1'400 * kMs}}}, "GPU-a", h));
+  // It joined partway through: its first charges would read short.
+  EXPECT_FALSE(judged_stretch({{"GPU-a", {900 * kMs, 1'400 * kMs}}}, "GPU-a", h));
+  EXPECT_TRUE(judged_stretch({{"GPU-a", {1'000 * kMs, 1'400 * kMs}}}, "GPU-a", h));
+  // Never charged at all: judged, against nothing.
+  const auto never = judged_stretch({{"GPU-a", {900 * kMs, 1'400 * kMs}}}, "GPU-a", {});
+  ASSERT_TRUE(never);
+  EXPECT_EQ(ChargeHistory{}.charged(never->from_ns, never->to_ns), 0);
+}
+
+TEST(ClockPair, StampsMapToTheMonotonicClockByTheirDistanceFromThePairsMoment) {
+  const ClockPair c{.monotonic_ns = 50'000 * kMs, .wall_us = 1'700'000'000'000'000ull};
+  EXPECT_EQ(c.to_monotonic_ns(c.wall_us), 50'000 * kMs);
+  EXPECT_EQ(c.to_monotonic_ns(c.wall_us - 250'000), 49'750 * kMs);
+  // A stamp ahead of the pair (the wall clock stepped back since) is now;
+  // one from before the monotonic clock's start is its start.
+  EXPECT_EQ(c.to_monotonic_ns(c.wall_us + 5'000), 50'000 * kMs);
+  EXPECT_EQ(c.to_monotonic_ns(0), 0u);
+}
+
+TEST(IdleStretchEnd, AWholePeriodBeforeNowNeverBeforeTheLastSample) {
+  EXPECT_EQ(idle_stretch_end_us(1'000'000, 2'000'000, 100'000), 1'900'000u);
+  EXPECT_EQ(idle_stretch_end_us(1'950'000, 2'000'000, 100'000), 1'950'000u);
+  EXPECT_EQ(idle_stretch_end_us(0, 50'000, 100'000), 0u);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "node/pod_identity_file.hpp"
@@ -242,6 +244,40 @@ void Daemon::publish_lease(const std::string& uuid, const LeaseDecision& d) {
   (void)uuid;
 }
 
+// Tells the tenant the next grant most likely goes to that it is near, so
+// that its threads waiting at the gate wait for it on the CPU, and wakes
+// those asleep when the word is news to them. The word of a tenant no longer
+// named loses this GPU's bit.
+void Daemon::publish_ready(const std::string& uuid, const LeaseDecision& d, std::uint64_t now) {
+  ReadyWord& last = ready_[uuid];
+  auto limits_of = [&](TenantId id, unsigned& entry) -> shm::LimitsRegion* {
+    const TenantRef* t = tenant(id);
+    if (!t || t->gpu >= shm::kMaxGpus) return nullptr;
+    auto it = registry_.allocations().find(t->alloc_id);
+    if (it == registry_.allocations().end()) return nullptr;
+    entry = t->gpu;
+    return &it->second->limits.mutable_region();
+  };
+  unsigned entry = 0;
+  if (last.id != 0 && (!d.ready || *d.ready != last.id || !spare_cpu_.enough())) {
+    if (shm::LimitsRegion* l = limits_of(last.id, entry))
+      l->ready_gpus.fetch_and(~(1u << entry), std::memory_order_release);
+    last = {};
+  }
+  if (!d.ready || !spare_cpu_.enough()) return;
+  shm::LimitsRegion* l = limits_of(*d.ready, entry);
+  if (!l) return;
+  const bool news = last.id != *d.ready || last.until_ns < now;
+  l->ready_until_ns.store(d.ready_until_ns, std::memory_order_relaxed);
+  l->ready_gpus.fetch_or(1u << entry, std::memory_order_release);
+  if (news) {
+    shm::GpuLimits& g = l->gpus[entry];
+    g.lease_futex.fetch_add(1, std::memory_order_release);
+    shm::futex_wake_all(g.lease_futex);
+  }
+  last = {.id = *d.ready, .until_ns = d.ready_until_ns};
+}
+
 void Daemon::heartbeat(std::uint64_t now) {
   for (auto& [id, a] : registry_.allocations()) {
     auto& l = a->limits.mutable_region();
@@ -251,7 +287,18 @@ void Daemon::heartbeat(std::uint64_t now) {
   }
 }
 
+void Daemon::read_spare_cpu() {
+  std::ifstream in(config_.proc_root + "/stat");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const bool before = spare_cpu_.enough();
+  if (const auto t = parse_proc_stat(text)) spare_cpu_.observe(*t);
+  if (spare_cpu_.enough() != before)
+    spdlog::debug("{:.2f} CPUs idle: the next holders {} for their grants on the CPU",
+                  spare_cpu_.cpus(), spare_cpu_.enough() ? "wait" : "no longer wait");
+}
+
 void Daemon::housekeeping(std::uint64_t now) {
+  read_spare_cpu();
   ProcHost host(config_.proc_root);
   const auto checker = shm::LivenessChecker::host(config_.proc_root);
   for (auto& [alloc_id, a] : registry_.allocations()) {
@@ -707,6 +754,7 @@ void Daemon::tick(std::uint64_t now, bool events_may_wait) {
   for (auto& [uuid, sched] : schedulers_) {
     const LeaseDecision d = sched->step(now);
     if (d.changed || d.revoked) publish_lease(uuid, d);
+    publish_ready(uuid, d, now);
     next_step_ns_ = std::min(next_step_ns_, d.next_step_ns);
     note_lease_length(uuid, *sched, now);
   }

@@ -26,6 +26,7 @@
 #include "scheduler/metrics.hpp"
 #include "scheduler/nvml_reader.hpp"
 #include "scheduler/process_verifier.hpp"
+#include "scheduler/spare_cpu.hpp"
 #include "shm/pod_identity.hpp"
 
 namespace cushare::sched {
@@ -115,6 +116,17 @@ class Daemon {
   void kill_process(Allocation& a, unsigned entry, const ProcessUse& victim,
                     const std::string& why);
   void publish_lease(const std::string& uuid, const LeaseDecision& d);
+  void publish_ready(const std::string& uuid, const LeaseDecision& d, std::uint64_t now);
+  // Per GPU: the tenant last told that a grant is near, and until when.
+  struct ReadyWord {
+    TenantId id = 0;  // 0: none
+    std::uint64_t until_ns = 0;
+  };
+  std::map<std::string, ReadyWord> ready_;
+  // Whether the host has a CPU to spare for a thread that waits for its
+  // grant on the CPU (read each housekeeping pass).
+  SpareCpu spare_cpu_;
+  void read_spare_cpu();
   void publish_figures(std::uint64_t now);
   void heartbeat(std::uint64_t now);
   LeaseScheduler& scheduler_for(const std::string& uuid);

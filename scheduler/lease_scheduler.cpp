@@ -657,7 +657,11 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
       if (gap <= config_.level_after_ns) t.gap_ns = t.gap_ns ? (t.gap_ns * 3 + gap) / 4 : gap;
     } else if (!wants && t.was_candidate) {
       t.left_at_ns = now;
+      const std::uint64_t spell = t.back_at_ns ? now - t.back_at_ns : 0;
+      if (spell != 0 && spell <= config_.level_after_ns)
+        t.spell_ns = t.spell_ns ? (t.spell_ns * 3 + spell) / 4 : spell;
     }
+    if (wants && !t.was_candidate) t.back_at_ns = now;
     if (t.signals.per_launch_ns != 0 && t.signals.per_launch_ns <= config_.short_kernel_ns)
       t.short_kernels_ns = now;
     if (t.signals.per_launch_ns >= config_.hold_overrun_ns ||
@@ -706,11 +710,15 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
     }
   }
   std::uint64_t deferred_until = 0;
+  std::optional<TenantId> deferred;
   if (!holder_) {
     if (auto next = choose(now)) {
       deferred_until = hold_for_return(*next, now);
       if (deferred_until == 0) deferred_until = handoff_deferral(*next, now);
-      if (deferred_until == 0) grant(*next, now);
+      if (deferred_until == 0)
+        grant(*next, now);
+      else
+        deferred = next;
     }
   }
 
@@ -723,10 +731,86 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
   if (before && before != holder_) d.revoked = before;
   d.next_step_ns = next_deadline(now);
   if (deferred_until != 0) d.next_step_ns = std::min(d.next_step_ns, deferred_until);
+  if (const auto r = ready(deferred, now)) {
+    d.ready = r->id;
+    d.ready_until_ns = r->until_ns;
+  }
   published_holder_ = holder_;
   published_expiry_ns_ = expiry_ns_;
   published_cut_ = d.cut;
   return d;
+}
+
+// When the holder is expected to hand the GPU on: where it goes away for
+// host work between spells, when its usual spell ends (its drain's grace,
+// once seen); at its expiry otherwise; earlier where a waiting tenant will
+// preempt it.
+std::uint64_t LeaseScheduler::handoff_expected(std::uint64_t now) const {
+  const Tenant& h = tenants_.at(*holder_);
+  std::uint64_t at = expiry_ns_;
+  if (h.gap_ns >= config_.away_long_ns) {
+    // One that goes away for host work between spells: at the end of its
+    // usual spell; at its expected drain once no thread of it waits at the
+    // gate (its last launch went, it syncs); at the end of its grace once
+    // its work is seen drained.
+    if (const auto since = idle_since(h)) {
+      at = std::min(at, *since + idle_grace(h, now));
+    } else {
+      if (h.spell_ns != 0 && h.back_at_ns != 0) at = std::min(at, h.back_at_ns + h.spell_ns);
+      if (h.signals.waiting == 0 && h.signals.expected_drain_ns != 0)
+        at = std::min(at, h.signals.expected_drain_ns + config_.away_idle_grace_ns);
+    }
+  }
+  const std::uint64_t start = records_.empty() ? now : records_.back().start_ns;
+  const double margin = static_cast<double>(lease_length_ns()) / weight_of(h.policy);
+  for (const auto& [id, t] : tenants_) {
+    if (id != *holder_ && !t.removed && t.signals.waiting > 0 && t.vtime + margin < h.vtime)
+      at = std::min(at, std::max(now, start + config_.preempt_after_ns));
+  }
+  return std::max(at, now);
+}
+
+// Who the next grant most likely goes to and until when its waiting threads
+// should stay on the CPU, once the hand-off is expected soon: a grant
+// deferred for a drain or a return is due now; a holder going away for host
+// work hands off at its drain and the end of its grace, any other at its
+// expiry, or earlier where a waiting tenant will preempt it. The tenant is
+// the one choose() would pick then, a tenant due back from a short gap by
+// then included. Only a guess: a wrong one costs its threads a spin of at
+// most the window.
+std::optional<LeaseScheduler::Ready> LeaseScheduler::ready(std::optional<TenantId> deferred,
+                                                           std::uint64_t now) const {
+  const std::uint64_t at = holder_ ? handoff_expected(now) : now;
+  const bool soon = at <= now + config_.ready_ahead_ns;
+  const Tenant* h = holder_ ? &tenants_.at(*holder_) : nullptr;
+  const double margin = h ? static_cast<double>(lease_length_ns()) / weight_of(h->policy) : 0;
+  std::optional<Ready> best;
+  double best_vtime = 0;
+  for (const auto& [id, t] : tenants_) {
+    if (t.removed || (holder_ && id == *holder_)) continue;
+    std::uint64_t from = at, until = at + config_.ready_slack_ns;
+    if (t.signals.waiting > 0) {
+      if (!soon || (deferred && id != *deferred)) continue;
+    } else {
+      // Away between two spells of work and due back soon: its thread
+      // arrives at the gate by itself, and finds the word there for as long
+      // as the daemon looks for its return (a late one included), if the
+      // GPU is to be handed on by then or it will preempt the holder.
+      if (t.was_candidate || t.left_at_ns == 0 || now > t.left_at_ns + config_.level_after_ns)
+        continue;
+      const std::uint64_t due = t.left_at_ns + t.gap_ns;
+      if (due > now + config_.ready_ahead_ns) continue;
+      if (!soon && !(h && t.vtime + margin < h->vtime)) continue;
+      from = std::max(due, now);
+      until = std::max(until, from + config_.away_long_ns);
+    }
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(from)) continue;
+    if (!best || t.vtime < best_vtime) {
+      best = Ready{.id = id, .until_ns = until};
+      best_vtime = t.vtime;
+    }
+  }
+  return best;
 }
 
 std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
@@ -744,6 +828,9 @@ std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
     const Tenant& h = tenants_.at(*holder_);
     if (const auto starved = starved_deadline(h); starved && *starved > now)
       next = std::min(next, *starved);
+    // The next holder is told in time to be on a CPU (ready()).
+    if (const std::uint64_t at = handoff_expected(now); at > now + config_.ready_ahead_ns)
+      next = std::min(next, at - config_.ready_ahead_ns);
     if (h.gap_ns >= config_.away_long_ns && contended(h, now)) {
       // A holder that goes away for a while once drained: its lease goes
       // back at the end of its grace, and its drain is looked for from

@@ -107,7 +107,15 @@ struct LimitsRegion {
   std::atomic<std::uint32_t> daemon_pid;           // host PID of the daemon that last ticked
   std::atomic<std::uint64_t> daemon_heartbeat_ns;  // CLOCK_MONOTONIC of its last tick; 0 = never
   std::atomic<std::uint64_t> quantum_ns;  // the daemon's lease quantum (for local fallback)
-  std::uint8_t reserved[96];
+  // The daemon's word that a grant to this allocation is near: a thread
+  // waiting at the gate for a lease on a GPU whose bit is set in ready_gpus
+  // waits on the CPU until ready_until_ns (CLOCK_MONOTONIC) instead of
+  // asleep on lease_futex, so that it takes no wake-up to go on once
+  // granted. From the reserved bytes of layout v1: older writers leave
+  // zeros (never ready).
+  std::atomic<std::uint64_t> ready_until_ns;
+  std::atomic<std::uint32_t> ready_gpus;
+  std::uint8_t reserved[84];
   GpuLimits gpus[kMaxGpus];
 };
 
@@ -229,6 +237,8 @@ static_assert(offsetof(GpuLimits, lease_futex) % 4 == 0);
 static_assert(offsetof(LimitsRegion, generation) == 128);
 static_assert(offsetof(LimitsRegion, gpus) == 256);
 static_assert(sizeof(LimitsRegion) == 256 + kMaxGpus * sizeof(GpuLimits));
+static_assert(offsetof(LimitsRegion, ready_until_ns) == 160);
+static_assert(offsetof(LimitsRegion, ready_gpus) == 168);
 
 static_assert(offsetof(UsageRegion, gpus) == 256);
 static_assert(offsetof(UsageRegion, slots) == 256 + kMaxGpus * sizeof(GpuUsage));

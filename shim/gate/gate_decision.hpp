@@ -59,6 +59,21 @@ inline bool cut_lease_allows(std::uint64_t now, std::uint64_t expiry, std::uint6
   return per_launch_ns == 0 || now + queued_ns + per_launch_ns <= expiry + shm::kCutLeaseOverrunNs;
 }
 
+// How long a thread that waits for a lease waits on the CPU instead of
+// asleep on the lease futex: while the daemon says a grant to its
+// allocation on this GPU is near (LimitsRegion::ready_until_ns, ready_gpus),
+// so that it needs no wake-up once granted; never more than kMaxReadySpinNs
+// in one wait at the gate, whatever the word says. 0: sleep.
+inline constexpr std::uint64_t kMaxReadySpinNs = 3'000'000;
+inline std::uint64_t ready_spin_ns(std::uint64_t now, std::uint64_t ready_until,
+                                   std::uint32_t ready_gpus, unsigned gpu,
+                                   std::uint64_t spun_ns) noexcept {
+  if (gpu >= 32 || (ready_gpus & (1u << gpu)) == 0 || now >= ready_until ||
+      spun_ns >= kMaxReadySpinNs)
+    return 0;
+  return std::min(ready_until - now, kMaxReadySpinNs - spun_ns);
+}
+
 // How much of the queue must run before queue_allows() can say yes.
 inline std::uint64_t queue_excess(std::uint64_t now, std::uint64_t expiry, std::uint64_t queued_ns,
                                   std::uint64_t horizon_ns) noexcept {

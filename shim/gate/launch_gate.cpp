@@ -30,6 +30,7 @@
 #include "shim/process/fork_reset.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
+#include "shm/limits_seqlock.hpp"
 #include "shm/run_dir_layout.hpp"
 
 namespace cushare::shim {
@@ -228,6 +229,18 @@ void sleep_ns(std::uint64_t ns) noexcept {
   nanosleep(&ts, nullptr);
 }
 
+// Waits on the CPU while `word` holds `seen`, for at most `ns`; returns how long.
+std::uint64_t spin_while_unchanged(const std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                                   std::uint64_t ns) noexcept {
+  const std::uint64_t start = monotonic_ns();
+  std::uint64_t now = start;
+  while (word.load(std::memory_order_acquire) == seen && now < start + ns) {
+    for (int i = 0; i < 16; ++i) shm::detail::cpu_relax();
+    now = monotonic_ns();
+  }
+  return now - start;
+}
+
 void reset_gate_after_fork() noexcept {
   for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
   for (auto& b : g_borrowing) b.store(false, std::memory_order_relaxed);
@@ -253,7 +266,8 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   // nor, once the lease has passed on, sees the allocation without demand
   // for a moment and levels its virtual time as if it came back from idle.
   gate::DemandCount demand(gpu, gu);
-  bool asked = false;  // waited for a lease
+  bool asked = false;      // waited for a lease
+  std::uint64_t spun = 0;  // of it on the CPU (gate::ready_spin_ns)
   bool throttled = false;
   for (;;) {
     const GateSnapshot snap = read_snapshot(st, gpu, tr);
@@ -288,7 +302,16 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         // through.
         const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
         if (snap.now < gl.lease_expiry_ns.load(std::memory_order_acquire)) break;
-        shm::futex_wait(gl.lease_futex, seen, action.ns);
+        const std::uint32_t ready_gpus = limits.ready_gpus.load(std::memory_order_acquire);
+        const std::uint64_t spin = gate::ready_spin_ns(
+            snap.now, limits.ready_until_ns.load(std::memory_order_relaxed), ready_gpus, gpu, spun);
+        if (spin != 0) {
+          spun += spin_while_unchanged(gl.lease_futex, seen, spin);
+        } else {
+          shm::futex_wait(gl.lease_futex, seen, action.ns);
+          // Woken: a grant, or the daemon's word of one near (a new window).
+          if (gl.lease_futex.load(std::memory_order_relaxed) != seen) spun = 0;
+        }
         break;
       }
       case GateStep::kWaitForNextLease: {

@@ -114,7 +114,9 @@ LIMITS_REGION = Struct("LimitsRegion", [
     ("daemon_pid", "I"),
     ("daemon_heartbeat_ns", "Q"),
     ("quantum_ns", "Q"),
-    ("reserved", "B", 96),
+    ("ready_until_ns", "Q"),
+    ("ready_gpus", "I"),
+    ("reserved", "B", 84),
     ("gpus", GPU_LIMITS, MAX_GPUS),
 ])
 

@@ -76,6 +76,8 @@ int main() {
   FIELD(LimitsRegion, daemon_pid);
   FIELD(LimitsRegion, daemon_heartbeat_ns);
   FIELD(LimitsRegion, quantum_ns);
+  FIELD(LimitsRegion, ready_until_ns);
+  FIELD(LimitsRegion, ready_gpus);
   FIELD(LimitsRegion, reserved);
   FIELD(LimitsRegion, gpus);
   end();

@@ -8,8 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 namespace cushare::sched {
 namespace {
@@ -105,7 +107,19 @@ class Sim {
       if (d.holder != last_holder_seen) {
         grants_seen++;
         last_holder_seen = d.holder;
-        if (d.holder) tenants[*d.holder].granted_at = now;
+        if (d.holder) {
+          tenants[*d.holder].granted_at = now;
+          // Told before, by a window still open: how long before.
+          const bool told = ready_id == d.holder && ready_until >= now;
+          told_ahead[*d.holder].push_back(told ? static_cast<std::int64_t>(now - ready_since) : -1);
+        }
+      }
+      if (!d.ready) {
+        ready_id.reset();
+      } else {
+        if (ready_id != d.ready || ready_until < now) ready_since = now;
+        ready_id = d.ready;
+        ready_until = d.ready_until_ns;
       }
       // Ground truth: the GPU runs a drain first, then the holder.
       if (draining && now < drain_until) {
@@ -164,6 +178,12 @@ class Sim {
   std::uint64_t drain_until = 0;
   int handovers = 0;
   int grants_seen = 0;
+  // The scheduler's word that a grant is near (LeaseDecision::ready): the
+  // tenant named last, until when, since when; and per grant of each
+  // tenant, how long before it the tenant was named (-1: not named).
+  std::optional<TenantId> ready_id;
+  std::uint64_t ready_until = 0, ready_since = 0;
+  std::map<TenantId, std::vector<std::int64_t>> told_ahead;
 };
 
 TenantPolicy burst(std::uint32_t w) {
@@ -1251,6 +1271,48 @@ TEST(LeaseScheduler, AStarvedHolderNobodyElseWantsIsGrantedAgain) {
   h.signal(h.other, {.waiting = 0});
   const std::uint64_t later = released + 10 * kMs;
   EXPECT_EQ(h.sched.step(later).holder, h.holder);
+}
+
+TEST(LeaseScheduler, TheNextHolderIsToldBeforeItsGrant) {
+  // Weights 1:3, the weight-3 tenant with 2 ms of host work per 4 ms of GPU
+  // work, the weight-1 one busy with 1 ms kernels: every grant goes to a
+  // tenant told ahead, the waiting one at least most of ready_ahead before
+  // (time for its thread to leave the futex and reach a CPU), the one back
+  // from host work by the time it returns.
+  Sim sim;
+  sim.add(1, burst(1), {.overrun_ns = kMs, .queue_in_lease = true, .kernel_ns = kMs});
+  sim.add(2, burst(3));
+  host_gap_steps(sim);
+  for (const TenantId id : {1u, 2u}) {
+    const std::vector<std::int64_t>& ahead = sim.told_ahead[id];
+    ASSERT_GT(ahead.size(), 300u);
+    std::vector<std::int64_t> told;
+    for (std::size_t i = 20; i < ahead.size(); ++i)
+      if (ahead[i] >= 0) told.push_back(ahead[i]);
+    EXPECT_GE(told.size(), (ahead.size() - 20) * 95 / 100) << "tenant " << id;
+    std::sort(told.begin(), told.end());
+    EXPECT_GE(told[told.size() / 2], static_cast<std::int64_t>(id == 1 ? 1500 * kUs : 100 * kUs))
+        << "tenant " << id;
+  }
+}
+
+TEST(LeaseScheduler, NobodyIsToldWhileTheHandOffIsFarOff) {
+  // Two busy tenants on full leases: the one waiting is told only within
+  // ready_ahead of the holder's expiry, about once per lease.
+  Sim sim;
+  sim.add(1, burst(1));
+  sim.add(2, burst(1));
+  std::uint64_t steps = 0, told = 0;
+  for (int i = 0; i < 2000; ++i) {
+    sim.run(100 * kUs);
+    ++steps;
+    if (sim.ready_id) ++told;
+  }
+  const double share = static_cast<double>(told) / static_cast<double>(steps);
+  const double expected = static_cast<double>(SchedulerConfig{}.ready_ahead_ns) /
+                          static_cast<double>(sim.sched.lease_length_ns());
+  EXPECT_GT(share, 0.5 * expected);
+  EXPECT_LT(share, 1.5 * expected);
 }
 
 }  // namespace

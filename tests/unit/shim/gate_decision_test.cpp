@@ -335,5 +335,18 @@ TEST(GateDecision, QueueAllowsAndExcessAgree) {
   }
 }
 
+TEST(ReadySpin, OnTheCpuOnlyWhileTheDaemonsWindowForThisGpuIsOpenAndWithinTheBound) {
+  constexpr std::uint64_t kMs = 1'000'000;
+  EXPECT_EQ(ready_spin_ns(1000, 0, 0, 0, 0), 0u);           // never told (an older daemon)
+  EXPECT_EQ(ready_spin_ns(1000, 5000, 0b10, 0, 0), 0u);     // told for another GPU
+  EXPECT_EQ(ready_spin_ns(1000, 5000, 0b01, 0, 0), 4000u);  // until the window closes
+  EXPECT_EQ(ready_spin_ns(6000, 5000, 0b01, 0, 0), 0u);     // closed
+  // Whatever the word says, at most kMaxReadySpinNs in one wait at the gate.
+  EXPECT_EQ(ready_spin_ns(0, 10 * kMs, 1, 0, 0), kMaxReadySpinNs);
+  EXPECT_EQ(ready_spin_ns(0, 10 * kMs, 1, 0, kMaxReadySpinNs - 5), 5u);
+  EXPECT_EQ(ready_spin_ns(0, 10 * kMs, 1, 0, kMaxReadySpinNs), 0u);
+  EXPECT_EQ(ready_spin_ns(0, 10 * kMs, 0xffffffffu, 40, 0), 0u);  // beyond the mask
+}
+
 }  // namespace
 }  // namespace cushare::shim::gate

@@ -229,12 +229,15 @@ void sleep_ns(std::uint64_t ns) noexcept {
   nanosleep(&ts, nullptr);
 }
 
-// Waits on the CPU while `word` holds `seen`, for at most `ns`; returns how long.
+// Waits on the CPU while `word` holds `seen` and the daemon's ready word
+// keeps `bit`, for at most `ns`; returns how long.
 std::uint64_t spin_while_unchanged(const std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                                   const std::atomic<std::uint32_t>& ready, std::uint32_t bit,
                                    std::uint64_t ns) noexcept {
   const std::uint64_t start = monotonic_ns();
   std::uint64_t now = start;
-  while (word.load(std::memory_order_acquire) == seen && now < start + ns) {
+  while (word.load(std::memory_order_acquire) == seen &&
+         (ready.load(std::memory_order_relaxed) & bit) != 0 && now < start + ns) {
     for (int i = 0; i < 16; ++i) shm::detail::cpu_relax();
     now = monotonic_ns();
   }
@@ -306,11 +309,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         const std::uint64_t spin = gate::ready_spin_ns(
             snap.now, limits.ready_until_ns.load(std::memory_order_relaxed), ready_gpus, gpu, spun);
         if (spin != 0) {
-          spun += spin_while_unchanged(gl.lease_futex, seen, spin);
+          spun += spin_while_unchanged(gl.lease_futex, seen, limits.ready_gpus, 1u << gpu, spin);
         } else {
           shm::futex_wait(gl.lease_futex, seen, action.ns);
-          // Woken: a grant, or the daemon's word of one near (a new window).
-          if (gl.lease_futex.load(std::memory_order_relaxed) != seen) spun = 0;
         }
         break;
       }

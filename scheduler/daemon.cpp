@@ -84,6 +84,7 @@ Daemon::TenantRef* Daemon::tenant(TenantId id) {
 }
 
 void Daemon::on_added(Allocation& a, std::uint64_t) {
+  clear_ready(a.limits.mutable_region());
   const auto& limits = a.limits.region();
   const unsigned count = std::min(limits.gpu_count.load(std::memory_order_acquire), shm::kMaxGpus);
   for (unsigned g = 0; g < count; ++g) {
@@ -258,24 +259,47 @@ void Daemon::publish_ready(const std::string& uuid, const LeaseDecision& d, std:
     entry = t->gpu;
     return &it->second->limits.mutable_region();
   };
+  const bool spare = spare_cpu_.enough();
+  std::optional<TenantId> name = spare ? d.ready : std::nullopt;
+  std::uint64_t until = d.ready_until_ns;
+  // A tenant named stays named until its window ends, it is granted or
+  // another one is named: the prediction rests on words sampled each step
+  // that flicker (a holder's thread at its gate or not), and naming it again
+  // would wake its threads again.
+  if (!name && spare && last.id != 0 && now < last.until_ns && d.holder != last.id) {
+    name = last.id;
+    until = last.until_ns;
+  }
   unsigned entry = 0;
-  if (last.id != 0 && (!d.ready || *d.ready != last.id || !spare_cpu_.enough())) {
+  if (last.id != 0 && name != last.id) {
     if (shm::LimitsRegion* l = limits_of(last.id, entry))
       l->ready_gpus.fetch_and(~(1u << entry), std::memory_order_release);
     last = {};
   }
-  if (!d.ready || !spare_cpu_.enough()) return;
-  shm::LimitsRegion* l = limits_of(*d.ready, entry);
-  if (!l) return;
-  const bool news = last.id != *d.ready || last.until_ns < now;
-  l->ready_until_ns.store(d.ready_until_ns, std::memory_order_relaxed);
-  l->ready_gpus.fetch_or(1u << entry, std::memory_order_release);
-  if (news) {
+  if (!name) return;
+  shm::LimitsRegion* l = limits_of(*name, entry);
+  TenantRef* ref = tenant(*name);
+  if (!l || !ref) return;
+  if (last.until_ns != until) l->ready_until_ns.store(until, std::memory_order_relaxed);
+  // One window per allocation: a bit of another GPU's goes.
+  if (last.id != *name) l->ready_gpus.store(1u << entry, std::memory_order_release);
+  // Threads asleep at the gate are woken onto the CPU when the word is news
+  // to them, at most once per ready_ahead (a prediction the tenants' words
+  // move back and forth must not keep waking them).
+  const bool news = last.id != *name || last.until_ns < now;
+  if (news && now >= ref->ready_woken_ns + config_.scheduler.ready_ahead_ns) {
     shm::GpuLimits& g = l->gpus[entry];
     g.lease_futex.fetch_add(1, std::memory_order_release);
     shm::futex_wake_all(g.lease_futex);
+    ref->ready_woken_ns = now;
   }
-  last = {.id = *d.ready, .until_ns = d.ready_until_ns};
+  last = {.id = *name, .until_ns = until};
+}
+
+// No window of an earlier daemon (or of this one, stopping) outlives it.
+void Daemon::clear_ready(shm::LimitsRegion& l) {
+  l.ready_gpus.store(0, std::memory_order_release);
+  l.ready_until_ns.store(0, std::memory_order_relaxed);
 }
 
 void Daemon::heartbeat(std::uint64_t now) {
@@ -796,6 +820,7 @@ void Daemon::run(const std::atomic<bool>& stop) {
     events_may_wait = ready != 0 || (pfd.revents & POLLIN) != 0;
   }
   publish_figures(shm::monotonic_ns());
+  for (auto& [id, a] : registry_.allocations()) clear_ready(a->limits.mutable_region());
 }
 
 }  // namespace cushare::sched

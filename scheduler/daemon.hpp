@@ -90,6 +90,8 @@ class Daemon {
     ChargeHistory charges;
     BusyBalance busy;
     LeaseBusyRatio lease_busy;
+    // When the daemon last woke its threads for a ready window.
+    std::uint64_t ready_woken_ns = 0;
   };
   // What the daemon knows of an allocation beyond its regions.
   struct AllocationState {
@@ -117,6 +119,7 @@ class Daemon {
                     const std::string& why);
   void publish_lease(const std::string& uuid, const LeaseDecision& d);
   void publish_ready(const std::string& uuid, const LeaseDecision& d, std::uint64_t now);
+  static void clear_ready(shm::LimitsRegion& l);
   // Per GPU: the tenant last told that a grant is near, and until when.
   struct ReadyWord {
     TenantId id = 0;  // 0: none

@@ -8,6 +8,11 @@
 namespace cushare::sched {
 namespace {
 
+// Times from the tenants' words can be anything: sums of them must not wrap.
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 double weight_of(const TenantPolicy& p) {
   return std::max<std::uint32_t>(p.weight, 1);
 }
@@ -742,29 +747,34 @@ LeaseDecision LeaseScheduler::step(std::uint64_t now) {
 }
 
 // When the holder is expected to hand the GPU on: where it goes away for
-// host work between spells, when its usual spell ends (its drain's grace,
-// once seen); at its expiry otherwise; earlier where a waiting tenant will
-// preempt it.
-std::uint64_t LeaseScheduler::handoff_expected(std::uint64_t now) const {
+// host work between spells, when its usual spell ends; at its expiry
+// otherwise; earlier where a waiting tenant will preempt it. With
+// `signals`, also what its own words say: at its expected drain once it has
+// stopped launching (no thread at its gate, nothing submitted for
+// stopped_submitting_ns: it syncs before its host work), at the end of its
+// grace once its drain is seen. Those are the tenant's word, so the daemon
+// never steps by them (next_deadline), and a wrong one only names the next
+// tenant early (its threads then spin at most kMaxReadySpinNs per wait).
+std::uint64_t LeaseScheduler::handoff_expected(std::uint64_t now, bool signals) const {
   const Tenant& h = tenants_.at(*holder_);
   std::uint64_t at = expiry_ns_;
   if (h.gap_ns >= config_.away_long_ns) {
-    // One that goes away for host work between spells: at the end of its
-    // usual spell; at its expected drain once no thread of it waits at the
-    // gate (its last launch went, it syncs); at the end of its grace once
-    // its work is seen drained.
-    if (const auto since = idle_since(h)) {
-      at = std::min(at, *since + idle_grace(h, now));
-    } else {
-      if (h.spell_ns != 0 && h.back_at_ns != 0) at = std::min(at, h.back_at_ns + h.spell_ns);
-      if (h.signals.waiting == 0 && h.signals.expected_drain_ns != 0)
-        at = std::min(at, h.signals.expected_drain_ns + config_.away_idle_grace_ns);
+    if (h.spell_ns != 0 && h.back_at_ns != 0) at = std::min(at, h.back_at_ns + h.spell_ns);
+    const TenantSignals& s = h.signals;
+    if (!signals) {
+    } else if (const auto since = idle_since(h)) {
+      at = std::min(at, saturating_add(*since, idle_grace(h, now)));
+    } else if (s.waiting == 0 && s.expected_drain_ns != 0 &&
+               now >= saturating_add(s.last_submit_ns, config_.stopped_submitting_ns)) {
+      at = std::min(at, saturating_add(s.expected_drain_ns, config_.away_idle_grace_ns));
     }
   }
   const std::uint64_t start = records_.empty() ? now : records_.back().start_ns;
   const double margin = static_cast<double>(lease_length_ns()) / weight_of(h.policy);
   for (const auto& [id, t] : tenants_) {
-    if (id != *holder_ && !t.removed && t.signals.waiting > 0 && t.vtime + margin < h.vtime)
+    if (id == *holder_ || t.removed || t.signals.waiting == 0) continue;
+    if (t.policy.mode == Mode::kCapped && t.cap_clock > static_cast<double>(now)) continue;
+    if (t.vtime + margin < h.vtime)
       at = std::min(at, std::max(now, start + config_.preempt_after_ns));
   }
   return std::max(at, now);
@@ -780,7 +790,11 @@ std::uint64_t LeaseScheduler::handoff_expected(std::uint64_t now) const {
 // most the window.
 std::optional<LeaseScheduler::Ready> LeaseScheduler::ready(std::optional<TenantId> deferred,
                                                            std::uint64_t now) const {
-  const std::uint64_t at = holder_ ? handoff_expected(now) : now;
+  const std::uint64_t at = holder_ ? handoff_expected(now, true) : now;
+  // A lease longer than ready_max_lease: the hand-off's wake-up is a small
+  // part of it, and a thread spinning beside the holder's can cost it more.
+  const std::uint64_t start = records_.empty() ? now : records_.back().start_ns;
+  if (holder_ && at > start + config_.ready_max_lease_ns) return std::nullopt;
   const bool soon = at <= now + config_.ready_ahead_ns;
   const Tenant* h = holder_ ? &tenants_.at(*holder_) : nullptr;
   const double margin = h ? static_cast<double>(lease_length_ns()) / weight_of(h->policy) : 0;
@@ -796,10 +810,11 @@ std::optional<LeaseScheduler::Ready> LeaseScheduler::ready(std::optional<TenantI
       // arrives at the gate by itself, and finds the word there for as long
       // as the daemon looks for its return (a late one included), if the
       // GPU is to be handed on by then or it will preempt the holder.
-      if (t.was_candidate || t.left_at_ns == 0 || now > t.left_at_ns + config_.level_after_ns)
+      if (t.was_candidate || t.left_at_ns == 0 || t.gap_ns == 0 ||
+          now > t.left_at_ns + config_.level_after_ns)
         continue;
       const std::uint64_t due = t.left_at_ns + t.gap_ns;
-      if (due > now + config_.ready_ahead_ns) continue;
+      if (due > now + config_.ready_ahead_ns || now >= due + config_.away_long_ns) continue;
       if (!soon && !(h && t.vtime + margin < h->vtime)) continue;
       from = std::max(due, now);
       until = std::max(until, from + config_.away_long_ns);
@@ -829,8 +844,9 @@ std::uint64_t LeaseScheduler::next_deadline(std::uint64_t now) const {
     if (const auto starved = starved_deadline(h); starved && *starved > now)
       next = std::min(next, *starved);
     // The next holder is told in time to be on a CPU (ready()).
-    if (const std::uint64_t at = handoff_expected(now); at > now + config_.ready_ahead_ns)
-      next = std::min(next, at - config_.ready_ahead_ns);
+    // (Only by the daemon's own figures, never more often than drain_poll.)
+    if (const std::uint64_t at = handoff_expected(now, false); at > now + config_.ready_ahead_ns)
+      next = std::min(next, std::max(at - config_.ready_ahead_ns, now + config_.drain_poll_ns));
     if (h.gap_ns >= config_.away_long_ns && contended(h, now)) {
       // A holder that goes away for a while once drained: its lease goes
       // back at the end of its grace, and its drain is looked for from

@@ -185,6 +185,15 @@ struct SchedulerConfig {
   // grant in five (weights 1:3 with host gaps: the device 86-88 % busy).
   std::uint64_t ready_ahead_ns = 2'000'000;
   std::uint64_t ready_slack_ns = 500'000;
+  // Only where hand-offs come often: a lease expected to last longer than
+  // this is handed on as before (four equal tenants syncing after every
+  // 1 ms kernel, on 20 ms leases, lost a point of the device to the spin
+  // beside the holder's own threads on 2 CPUs, and gained nothing).
+  std::uint64_t ready_max_lease_ns = 8'000'000;
+  // A holder with no thread at its gate that has submitted nothing for this
+  // long has stopped launching (it syncs before host work): its expected
+  // drain then says when it hands off (handoff_expected).
+  std::uint64_t stopped_submitting_ns = 250'000;
   // Window of the achieved-share figure.
   std::uint64_t achieved_window_ns = 10'000'000'000;
   // A tenant counts as active for the entitlement if it had demand this recently.
@@ -386,7 +395,7 @@ class LeaseScheduler {
     std::uint64_t until_ns = 0;
   };
   std::optional<Ready> ready(std::optional<TenantId> deferred, std::uint64_t now) const;
-  std::uint64_t handoff_expected(std::uint64_t now) const;
+  std::uint64_t handoff_expected(std::uint64_t now, bool signals) const;
   void refresh_shares(std::uint64_t now);
   std::uint64_t next_deadline(std::uint64_t now) const;
 

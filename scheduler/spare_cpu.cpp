@@ -48,6 +48,8 @@ std::optional<CpuTimes> parse_proc_stat(std::string_view text) {
 }
 
 void SpareCpu::observe(const CpuTimes& now) {
+  if (last_ && now.total >= last_->total && now.total - last_->total < kMinTicksPerCpu * now.cpus)
+    return;
   if (last_ && now.total > last_->total && now.idle >= last_->idle) {
     const double idle = static_cast<double>(now.idle - last_->idle);
     const double total = static_cast<double>(now.total - last_->total);

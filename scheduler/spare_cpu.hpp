@@ -28,6 +28,9 @@ class SpareCpu {
   // The CPUs the host must have left idle since the previous reading for
   // its spare CPU to count (SpareCpu::enough).
   static constexpr double kEnoughCpus = 0.5;
+  // Readings closer than this many ticks per CPU (100 ms at the usual
+  // USER_HZ of 100) say little: the later one is skipped.
+  static constexpr std::uint64_t kMinTicksPerCpu = 10;
 
   void observe(const CpuTimes& now);
   // The idle CPUs between the last two readings (0 before two).

@@ -66,6 +66,11 @@ std::array<std::atomic<std::uint64_t>, shm::kMaxGpus> g_local_expiry{};
 // too: held, one launch at a time per process holds.
 std::array<std::atomic<bool>, shm::kMaxGpus> g_borrowing{};
 
+// Per GPU: a thread of this process waits for a grant on the CPU (the
+// daemon's ready window): the others sleep on the futex as usual, so a
+// process spends at most one CPU on it whatever its number of threads.
+std::array<std::atomic<bool>, shm::kMaxGpus> g_ready_spinner{};
+
 [[gnu::always_inline]] inline std::uint64_t lease_word(const AllocationState& st,
                                                        unsigned gpu) noexcept {
   return st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
@@ -247,6 +252,7 @@ std::uint64_t spin_while_unchanged(const std::atomic<std::uint32_t>& word, std::
 void reset_gate_after_fork() noexcept {
   for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
   for (auto& b : g_borrowing) b.store(false, std::memory_order_relaxed);
+  for (auto& r : g_ready_spinner) r.store(false, std::memory_order_relaxed);
   for (auto& b : g_slot_base) b.open_ns.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
@@ -308,8 +314,9 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         const std::uint32_t ready_gpus = limits.ready_gpus.load(std::memory_order_acquire);
         const std::uint64_t spin = gate::ready_spin_ns(
             snap.now, limits.ready_until_ns.load(std::memory_order_relaxed), ready_gpus, gpu, spun);
-        if (spin != 0) {
+        if (spin != 0 && !g_ready_spinner[gpu].exchange(true, std::memory_order_acquire)) {
           spun += spin_while_unchanged(gl.lease_futex, seen, limits.ready_gpus, 1u << gpu, spin);
+          g_ready_spinner[gpu].store(false, std::memory_order_release);
         } else {
           shm::futex_wait(gl.lease_futex, seen, action.ns);
         }

@@ -1296,23 +1296,20 @@ TEST(LeaseScheduler, TheNextHolderIsToldBeforeItsGrant) {
   }
 }
 
-TEST(LeaseScheduler, NobodyIsToldWhileTheHandOffIsFarOff) {
-  // Two busy tenants on full leases: the one waiting is told only within
-  // ready_ahead of the holder's expiry, about once per lease.
+TEST(LeaseScheduler, NobodyIsToldOnLongLeases) {
+  // Two busy tenants on full leases: a hand-off per lease, the wake-up a
+  // small part of it; nobody is told (its thread would spin beside the
+  // holder's for nothing much).
   Sim sim;
   sim.add(1, burst(1));
   sim.add(2, burst(1));
-  std::uint64_t steps = 0, told = 0;
+  int told = 0;
   for (int i = 0; i < 2000; ++i) {
     sim.run(100 * kUs);
-    ++steps;
     if (sim.ready_id) ++told;
   }
-  const double share = static_cast<double>(told) / static_cast<double>(steps);
-  const double expected = static_cast<double>(SchedulerConfig{}.ready_ahead_ns) /
-                          static_cast<double>(sim.sched.lease_length_ns());
-  EXPECT_GT(share, 0.5 * expected);
-  EXPECT_LT(share, 1.5 * expected);
+  EXPECT_EQ(told, 0);
+  EXPECT_GT(sim.grants_seen, 5);
 }
 
 }  // namespace

@@ -41,6 +41,9 @@ TEST(SpareCpu, IdleCpusBetweenTwoReadingsDecide) {
   s.observe(*parse_proc_stat(stat_text(280, 110, 0, 10, 2)));
   EXPECT_NEAR(s.cpus(), 0.1, 1e-9);
   EXPECT_FALSE(s.enough());
+  // A reading too soon after the last (an early housekeeping pass) is skipped.
+  s.observe(*parse_proc_stat(stat_text(281, 119, 0, 10, 2)));
+  EXPECT_NEAR(s.cpus(), 0.1, 1e-9);
   // Counters that went backwards (hotplug) leave the figure as it was.
   s.observe(*parse_proc_stat(stat_text(10, 10, 0, 0, 2)));
   EXPECT_NEAR(s.cpus(), 0.1, 1e-9);

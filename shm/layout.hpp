@@ -87,7 +87,7 @@ struct GpuLimits {                                // 128 bytes
   // kLeaseCutBit.
   std::atomic<std::uint64_t> lease_expiry_ns;
   std::atomic<std::uint32_t>
-      lease_futex;  // bumped on every grant and revoke; shims FUTEX_WAIT here
+      lease_futex;  // bumped on every grant and revoke (and ready window); shims FUTEX_WAIT here
   std::atomic<std::uint32_t> lease_holder;  // 1 while this allocation holds the GPU's lease
   std::atomic<std::uint64_t> lease_grants;  // total grants (metrics)
   std::atomic<std::uint64_t> granted_ns;    // total lease time granted (metrics)

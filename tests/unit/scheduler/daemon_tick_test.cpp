@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -325,6 +327,150 @@ TEST_F(DaemonTick, AResizedOrReplacedUsageFileNeitherCrashesNorFreesTheAllocatio
   fresh.mutable_region().gpus[0].demand.store(1);
   for (int i = 0; i < 5; ++i) daemon.tick(now += 20 * kMs);
   EXPECT_EQ(a.limits.region().gpus[0].lease_holder.load(), 1u);
+}
+
+// The next holder's ready window, through the regions: a daemon on a host
+// with a CPU to spare names the tenant a hand-off is near for in its limits
+// region (ready_gpus, ready_until_ns) and wakes its sleeping threads once,
+// before the grant; granted, it is no longer named. Where no CPU is idle, or
+// on a region an earlier daemon left a window in, nobody is named.
+class ReadyWindows : public DaemonTick {
+ protected:
+  // A /proc of its own: the host's processes (and "self") through links,
+  // and a `stat` whose CPU counters the test writes.
+  DaemonConfig windows_config() {
+    const fs::path proc = root_ / "proc";
+    fs::create_directories(proc);
+    const std::string pid = std::to_string(getpid());
+    fs::create_symlink("/proc/" + pid, proc / pid);
+    fs::create_symlink("/proc/self", proc / "self");
+    DaemonConfig c = config();
+    c.proc_root = proc.string();
+    // Leases of the default quantum: windows on them too.
+    c.scheduler.ready_max_lease_ns = 50 * kMs;
+    return c;
+  }
+  // Two CPUs that spent `busy` and `idle` ticks in all.
+  void write_stat(std::uint64_t busy, std::uint64_t idle) {
+    std::ofstream out(root_ / "proc" / "stat", std::ios::trunc);
+    out << "cpu  " << busy << " 0 0 " << idle << " 0 0 0 0 0 0\n"
+        << "cpu0 " << busy / 2 << " 0 0 " << idle / 2 << " 0 0 0 0 0 0\n"
+        << "cpu1 " << busy / 2 << " 0 0 " << idle / 2 << " 0 0 0 0 0 0\n"
+        << "intr 0\n";
+  }
+  // Two allocations, idle while the daemon reads the CPUs' counters twice
+  // (the host idles, `spare`, or keeps both CPUs busy for 100 ms between);
+  // then both work.
+  void start(Daemon& daemon, bool spare) {
+    for (auto* x : {&*a_, &*b_}) join(*x, false);
+    write_stat(1000, 1000);
+    tick(daemon, 0);
+    write_stat(spare ? 1020 : 1200, spare ? 1180 : 1000);
+    tick(daemon, 100 * kMs);  // the next housekeeping pass reads it
+    working_ = true;
+  }
+  // One tick `step` later; returns which allocation holds the lease after
+  // it (nullptr: none). Before it, both tenants say what a busy one says:
+  // the holder launches (its queue 0.5 ms long), the other waits at its
+  // gate, its queue drained.
+  Alloc* tick(Daemon& daemon, std::uint64_t step = kMs / 4) {
+    now_ += step;
+    ++ticks_;
+    for (auto* x : {&*a_, &*b_}) {
+      auto& gu = x->usage.mutable_region().gpus[0];
+      if (!working_) continue;
+      if (x == holder_) {
+        // Its threads reach their gates now and then (a flickering word).
+        gu.demand.store(flicker_ && ticks_ % 3 == 0 ? 1 : 0);
+        gu.last_submit_ns.store(now_);
+        gu.expected_drain_ns.store(now_ + kMs / 2);
+      } else {
+        gu.demand.store(1);
+        gu.drained_ns.store(now_);
+      }
+    }
+    daemon.tick(now_);
+    holder_ = nullptr;
+    for (auto* x : {&*a_, &*b_})
+      if (x->limits.region().gpus[0].lease_holder.load() == 1) holder_ = x;
+    return holder_;
+  }
+  void SetUp() override {
+    DaemonTick::SetUp();
+    a_.emplace(make_alloc("a", 50, shm::ComputeMode::kBurst));
+    b_.emplace(make_alloc("b", 50, shm::ComputeMode::kBurst));
+  }
+  void TearDown() override {
+    a_.reset();
+    b_.reset();
+    DaemonTick::TearDown();
+  }
+  std::optional<Alloc> a_, b_;
+  std::uint64_t now_ = shm::monotonic_ns();
+  Alloc* holder_ = nullptr;
+  bool working_ = false;  // both tenants work (start)
+  bool flicker_ = false;  // the holder's threads come to their gates now and then
+  unsigned ticks_ = 0;
+};
+
+TEST_F(ReadyWindows, TheNextHolderIsNamedAndWokenOnceBeforeItsGrant) {
+  Daemon daemon(windows_config());
+  start(daemon, true);
+  flicker_ = true;
+  Alloc* holder = tick(daemon);
+  ASSERT_NE(holder, nullptr);
+  int ticks = 0;
+  for (int handoff = 1; handoff <= 4; ++handoff) {
+    Alloc* next = holder == &*a_ ? &*b_ : &*a_;
+    const auto& l = next->limits.region();
+    std::uint64_t named_at = 0, until = 0;
+    std::uint32_t wakes = 0, seen = l.gpus[0].lease_futex.load();
+    Alloc* after = holder;
+    while (ticks++ < 1000) {
+      after = tick(daemon);
+      if (after == next) break;  // the grant's own wake is not counted
+      ASSERT_TRUE(after == holder || after == nullptr) << "only the two take turns";
+      EXPECT_EQ(holder->limits.region().ready_gpus.load(), 0u) << "the holder is not named";
+      if (l.ready_gpus.load() == 1u && named_at == 0) {
+        named_at = now_;
+        until = l.ready_until_ns.load();
+      }
+      // Named, it stays named until its grant, whatever the words do.
+      if (named_at != 0) {
+        EXPECT_EQ(l.ready_gpus.load(), 1u) << "hand-off " << handoff;
+      }
+      const std::uint32_t f = l.gpus[0].lease_futex.load();
+      wakes += f - seen;
+      seen = f;
+    }
+    ASSERT_EQ(after, next) << "handed on to the other tenant, hand-off " << handoff;
+    ASSERT_NE(named_at, 0u) << "named before hand-off " << handoff;
+    // Told most of ready_ahead before, and its window reaches the grant.
+    EXPECT_GE(now_ - named_at, kMs) << handoff;
+    EXPECT_GE(until, now_) << handoff;
+    EXPECT_LE(until, now_ + 3 * kMs) << handoff;
+    EXPECT_EQ(wakes, 1u) << "one wake per window, hand-off " << handoff;
+    EXPECT_EQ(l.ready_gpus.load(), 0u) << "granted, it is named no more";
+    holder = after;
+  }
+}
+
+TEST_F(ReadyWindows, NobodyIsNamedWithoutASpareCpuNorAfterAnEarlierDaemon) {
+  // An earlier daemon's window, left in the region.
+  a_->limits.mutable_region().ready_until_ns.store(UINT64_MAX);
+  a_->limits.mutable_region().ready_gpus.store(1);
+  Daemon daemon(windows_config());
+  start(daemon, false);
+  EXPECT_EQ(a_->limits.region().ready_gpus.load(), 0u);
+  EXPECT_EQ(a_->limits.region().ready_until_ns.load(), 0u);
+  Alloc* first = tick(daemon);
+  ASSERT_NE(first, nullptr);
+  bool handed_on = false;
+  for (int step = 0; step < 200; ++step) {
+    handed_on |= tick(daemon) != first;
+    for (auto* x : {&*a_, &*b_}) ASSERT_EQ(x->limits.region().ready_gpus.load(), 0u) << step;
+  }
+  EXPECT_TRUE(handed_on);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "shm/daemon_timing.hpp"
+
 namespace cushare::sched {
 namespace {
 
@@ -373,10 +375,28 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
       // runs it to its end: cut at the return itself, the tenant waited for
       // the holder's last kernel at about every other return.
       const std::uint64_t lead = std::min(cut_lead(h), due - now);
-      end = std::max(due - lead, now + config_.min_cut_lease_ns);
+      const std::uint64_t cut = std::max(due - lead, now + config_.min_cut_lease_ns);
+      // A lease its gate keeps every launch out of would hold the GPU idle
+      // and be charged, turn after turn: such a holder gets a whole lease,
+      // as the long kernels of the branch above get one when the returning
+      // tenant is late.
+      if (fits_cut_lease(h, cut - now, now)) end = cut;
     }
   }
   return end;
+}
+
+// The gate starts a launch in a cut lease only if it ends at most
+// shm::kCutLeaseOverrunNs past the expiry by the process's per-launch figure
+// (gate_decision.hpp, cut_lease_allows). Figures of an allocation's
+// processes come in turn: one with short kernels lately uses cut leases.
+// The figure is the tenant's to write; a forged one only trades its cut
+// leases for whole ones at its own turns, charged as they run.
+bool LeaseScheduler::fits_cut_lease(const Tenant& h, std::uint64_t length_ns,
+                                    std::uint64_t now) const {
+  const std::uint64_t per = h.signals.per_launch_ns;
+  if (per == 0 || per <= length_ns + shm::kCutLeaseOverrunNs) return true;
+  return h.short_kernels_ns != 0 && now < h.short_kernels_ns + config_.short_kernels_window_ns;
 }
 
 // Half a launch of the holder's (its gate's figure, which the tenant writes:

@@ -386,6 +386,8 @@ class LeaseScheduler {
   std::uint64_t lease_end(TenantId holder, std::uint64_t now) const;
   // How long before a returning tenant's due time a lease cut for it ends.
   std::uint64_t cut_lead(const Tenant& holder) const;
+  // Whether the holder's gate would start a launch in a cut lease `length_ns` long.
+  bool fits_cut_lease(const Tenant& holder, std::uint64_t length_ns, std::uint64_t now) const;
   // Until when the GPU waits for a returning tenant instead of going to
   // `next` (hold_overrun_ns); 0: it does not.
   std::uint64_t hold_for_return(TenantId next, std::uint64_t now) const;

@@ -23,6 +23,29 @@ inline constexpr std::uint64_t kMaxWindow = 1u << 16;
 // concerned (a blocking-sync wake-up on a busy host).
 inline constexpr std::uint64_t kCompletionLagNs = 250'000;
 
+// The per-launch figure after a batch completed with GPU time `sample` per
+// launch; `significant`: the batch was long or large enough to say much
+// (tracker.hpp). A moving average, 7/8 the old figure. A batch of a few
+// launches over a short span is mostly measurement error (the driver held
+// a launch after the gate stamped it, the poller woke late): it may lower
+// the figure (too low is corrected as the head runs, estimate_queued_ns)
+// but not raise it, or a sample inflated by those delays makes the gate
+// wait, the waits cut more such batches, and a lone tenant ends up
+// throttled by its own estimate. Nor does one sample raise it by more than
+// kMaxSampleRise times the old figure: a batch that waited behind another
+// context's work on the GPU or for a descheduled poller measured 28 ms for
+// 1 ms kernels once, and the figure of 4.4 ms it made kept every launch
+// out of the cut leases its tenant was granted, so it never launched again
+// to correct it. Kernels that really grew longer are followed within about
+// ten batches (x 1.375 each).
+inline constexpr std::uint64_t kMaxSampleRise = 4;
+[[nodiscard]] inline std::uint64_t next_per_launch_ns(std::uint64_t old, std::uint64_t sample,
+                                                      bool significant) noexcept {
+  if (old == 0) return sample;
+  if (sample >= old && !significant) return old;
+  return (old * 7 + std::min(sample, old * kMaxSampleRise)) / 8;
+}
+
 struct QueueSnapshot {
   std::uint64_t pending = 0;        // launches submitted and not known complete
   std::uint64_t per_launch_ns = 0;  // measured GPU time per launch (0: none yet)

@@ -408,16 +408,11 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
     // nanoseconds in a batch) must not look unmeasured for ever.
     const std::uint64_t sample = std::max<std::uint64_t>((now - began) / launches, 1);
     const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
-    // A batch of a few launches over a short span is mostly measurement
-    // error: the driver may hold a launch (a lock, a full queue) after the
-    // gate stamped it, and the poller wakes late. Such a batch may lower the
-    // estimate (too low is corrected as the head runs, see
-    // estimate_queued_ns) but not raise it, or a sample inflated by those
-    // delays makes the gate wait, the waits cut more such batches, and a
-    // lone tenant ends up throttled by its own estimate.
     const bool significant = launches >= kSignificantBatch || now - began >= kRecordIntervalNs;
+    // Published at every batch that may move it: an allocation's processes
+    // publish theirs in turn (the daemon looks for short kernels among them).
     if (old == 0 || significant || sample < old) {
-      const std::uint64_t per = old == 0 ? sample : (old * 7 + sample) / 8;
+      const std::uint64_t per = next_per_launch_ns(old, sample, significant);
       per_launch_ns_.store(per, std::memory_order_relaxed);
       usage.per_launch_us.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(
                                     (per + 999) / 1000, std::numeric_limits<std::uint32_t>::max())),

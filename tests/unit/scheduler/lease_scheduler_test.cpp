@@ -5,6 +5,7 @@
 // takes `overrun` to drain after it stops; the next holder's work queues
 // behind it. Ground truth is the time each tenant's work occupied the GPU.
 #include "scheduler/lease_scheduler.hpp"
+#include "shm/daemon_timing.hpp"
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,11 @@ struct SimTenant {
   // fast may start (the gate's kCutLeaseBit rule), and the per-launch figure
   // it publishes is this (0: one process, as above).
   std::uint64_t cut_overrun_ns = 0;
+  // Its gate's per-launch figure where it is not kernel_ns (one inflated
+  // sample): published, and under a cut lease the gate starts nothing the
+  // figure says would end more than kCutLeaseOverrunNs past the expiry
+  // (cut_lease_allows). 0: none.
+  std::uint64_t gate_figure_ns = 0;
   // Its threads lose the CPU for stall_ns of every stall_period_ns (a
   // hypervisor's steal, CPU-bound neighbours): meanwhile it submits nothing.
   std::uint64_t stall_period_ns = 0;
@@ -73,12 +79,14 @@ class Sim {
         const std::uint64_t overrun = overrun_of(t);
         const bool queue_fits =
             !t.queue_in_lease || (t.kernel_ns ? submit : now + overrun) < lease_expiry;
-        if (holds && t.busy && now >= t.granted_at + t.wake_ns && queue_fits && !off_cpu(t)) {
+        if (holds && t.busy && now >= t.granted_at + t.wake_ns && queue_fits && !off_cpu(t) &&
+            !kept_out(t)) {
           s.waiting = 0;
           s.last_submit_ns = submit;
           s.expected_drain_ns = submit + overrun;
           t.queued_overrun_ns = overrun;
           if (t.publishes_per_launch) s.per_launch_ns = t.kernel_ns;
+          if (t.gate_figure_ns) s.per_launch_ns = t.gate_figure_ns;
           // Its two processes publish their figures in turn; in a cut lease
           // only the short one runs.
           if (t.cut_overrun_ns)
@@ -128,7 +136,7 @@ class Sim {
         draining.reset();
         const SimTenant* h = d.holder ? &tenants[*d.holder] : nullptr;
         if (h && now < lease_expiry && h->busy && now >= h->granted_at + h->wake_ns &&
-            !off_cpu(*h)) {
+            !off_cpu(*h) && !kept_out(*h)) {
           tenants[*d.holder].gpu_ns +=
               static_cast<std::uint64_t>(static_cast<double>(dt) * h->duty);
           current_runner = d.holder;
@@ -156,6 +164,12 @@ class Sim {
     if (t.kernel_ns == 0) return now;
     const std::uint64_t first = t.granted_at + t.wake_ns;
     return now < first ? now : now - (now - first) % t.kernel_ns;
+  }
+
+  // Its gate keeps its next launch out of the cut lease it holds.
+  bool kept_out(const SimTenant& t) const {
+    return lease_cut && t.gate_figure_ns != 0 &&
+           now + t.gate_figure_ns > lease_expiry + shm::kCutLeaseOverrunNs;
   }
 
   bool off_cpu(const SimTenant& t) const {
@@ -843,6 +857,26 @@ TEST(LeaseScheduler, ATenantBackFromAShortGapFindsTheGpuFree) {
   auto after = measure(sim, 5 * kMs, 200 * kMs);
   EXPECT_GE(after[1], 98.0);
   EXPECT_LE(sim.sched.stats(1).grants, grants + 2);
+}
+
+TEST(LeaseScheduler, AHolderWhoseGateKeepsItsLaunchesOutOfCutLeasesGetsWholeOnes) {
+  // Weights 1:3, the weight-3 tenant with host gaps, the weight-1 one with
+  // 1 ms kernels whose gate holds a per-launch figure of 4.4 ms (one inflated
+  // sample): in the cut leases of the other's gaps it starts nothing. Cut
+  // anyway, it held them idle, was charged for them and never ran again
+  // (on fakegpu: 12 % for a water-fill of 35, nothing at all for seconds).
+  // Its host work takes 2.6 ms (with the wake-ups, as on fakegpu): cut
+  // leases of 1.6 ms.
+  Sim sim;
+  sim.add(
+      1, burst(1),
+      {.overrun_ns = kMs, .queue_in_lease = true, .kernel_ns = kMs, .gate_figure_ns = 4400 * kUs});
+  sim.add(2, burst(3));  // syncs before its host work: nothing queued then
+  const auto [s1, s2] = host_gap_steps(sim, 2600 * kUs);
+  // 41.4 / 57.1 (its demand 60.6); cut as before, 0 for the weight-1 tenant.
+  EXPECT_GT(s1, 30.0);
+  EXPECT_GT(s2, 55.0);
+  EXPECT_GT(s1 + s2, 95.0);
 }
 
 TEST(LeaseScheduler, ACutLeaseEndsHalfALaunchBeforeTheReturn) {

@@ -94,5 +94,36 @@ TEST(LaunchGateEstimate, HeadIsClampedToThePendingCount) {
   EXPECT_EQ(estimate_queued_ns(z, kNow, kHorizon), 200'000u);
 }
 
+TEST(PerLaunchFigure, AMovingAverageThatSmallBatchesMayOnlyLower) {
+  EXPECT_EQ(next_per_launch_ns(0, 1'234'000, false), 1'234'000u);  // the first sample is taken
+  EXPECT_EQ(next_per_launch_ns(1'000'000, 2'000'000, true), 1'125'000u);
+  EXPECT_EQ(next_per_launch_ns(1'000'000, 2'000'000, false), 1'000'000u);
+  EXPECT_EQ(next_per_launch_ns(1'000'000, 200'000, false), 900'000u);
+}
+
+TEST(PerLaunchFigure, OneInflatedSampleMovesItLittleAndLongerKernelsAreFollowed) {
+  // 1 ms kernels, one batch measured 28 ms (it waited behind another
+  // context): the figure stays far below the 2.6 ms a 1.6 ms cut lease
+  // admits (it went to 4.4 ms unbounded, and its tenant never launched again).
+  const std::uint64_t after = next_per_launch_ns(1'010'000, 28'300'000, true);
+  EXPECT_LE(after, 1'400'000u);
+  EXPECT_GT(after, 1'010'000u);
+  // Kernels that became 20 ms long: half-way within ten batches (five
+  // without the bound).
+  std::uint64_t per = 1'000'000;
+  int batches = 0;
+  while (per < 10'000'000 && batches < 100) {
+    per = next_per_launch_ns(per, 20'000'000, true);
+    ++batches;
+  }
+  EXPECT_LE(batches, 10);
+  // And back: smaller samples count in full.
+  while (per > 1'100'000 && batches < 200) {
+    per = next_per_launch_ns(per, 1'000'000, false);
+    ++batches;
+  }
+  EXPECT_LE(per, 1'100'000u);
+}
+
 }  // namespace
 }  // namespace cushare::shim::gate

@@ -31,14 +31,15 @@ inline constexpr std::uint64_t kCompletionLagNs = 250'000;
 // the figure (too low is corrected as the head runs, estimate_queued_ns)
 // but not raise it, or a sample inflated by those delays makes the gate
 // wait, the waits cut more such batches, and a lone tenant ends up
-// throttled by its own estimate. Nor does one sample raise it by more than
+// throttled by its own estimate. Nor does one sample count for more than
 // kMaxSampleRise times the old figure: a batch that waited behind another
-// context's work on the GPU or for a descheduled poller measured 28 ms for
-// 1 ms kernels once, and the figure of 4.4 ms it made kept every launch
-// out of the cut leases its tenant was granted, so it never launched again
-// to correct it. Kernels that really grew longer are followed within about
-// ten batches (x 1.375 each).
-inline constexpr std::uint64_t kMaxSampleRise = 4;
+// context's work on the GPU measured 28 ms for 1 ms kernels once, and the
+// figure of 4.4 ms it made kept every launch out of the cut leases its
+// tenant was granted (1.9 ms with the bound). Kernels that really grew
+// longer are followed a little more slowly (x 1.875 per batch at most), and
+// a process whose small batches mix rare long kernels with short ones
+// settles a little below their mean.
+inline constexpr std::uint64_t kMaxSampleRise = 8;
 [[nodiscard]] inline std::uint64_t next_per_launch_ns(std::uint64_t old, std::uint64_t sample,
                                                       bool significant) noexcept {
   if (old == 0) return sample;

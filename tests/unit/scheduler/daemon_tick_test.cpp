@@ -455,14 +455,9 @@ TEST_F(ReadyWindows, TheNextHolderIsNamedAndWokenOnceBeforeItsGrant) {
   }
 }
 
-TEST_F(ReadyWindows, NobodyIsNamedWithoutASpareCpuNorAfterAnEarlierDaemon) {
-  // An earlier daemon's window, left in the region.
-  a_->limits.mutable_region().ready_until_ns.store(UINT64_MAX);
-  a_->limits.mutable_region().ready_gpus.store(1);
+TEST_F(ReadyWindows, NobodyIsNamedWithoutASpareCpu) {
   Daemon daemon(windows_config());
   start(daemon, false);
-  EXPECT_EQ(a_->limits.region().ready_gpus.load(), 0u);
-  EXPECT_EQ(a_->limits.region().ready_until_ns.load(), 0u);
   Alloc* first = tick(daemon);
   ASSERT_NE(first, nullptr);
   bool handed_on = false;
@@ -471,6 +466,17 @@ TEST_F(ReadyWindows, NobodyIsNamedWithoutASpareCpuNorAfterAnEarlierDaemon) {
     for (auto* x : {&*a_, &*b_}) ASSERT_EQ(x->limits.region().ready_gpus.load(), 0u) << step;
   }
   EXPECT_TRUE(handed_on);
+}
+
+TEST_F(ReadyWindows, AnEarlierDaemonsWindowIsClearedOnDiscovery) {
+  a_->limits.mutable_region().ready_until_ns.store(UINT64_MAX);
+  a_->limits.mutable_region().ready_gpus.store(1);
+  Daemon daemon(windows_config());
+  for (auto* x : {&*a_, &*b_}) join(*x, false);  // nobody waits: nobody to name
+  write_stat(1000, 1000);
+  tick(daemon, 0);
+  EXPECT_EQ(a_->limits.region().ready_gpus.load(), 0u);
+  EXPECT_EQ(a_->limits.region().ready_until_ns.load(), 0u);
 }
 
 }  // namespace

@@ -859,26 +859,6 @@ TEST(LeaseScheduler, ATenantBackFromAShortGapFindsTheGpuFree) {
   EXPECT_LE(sim.sched.stats(1).grants, grants + 2);
 }
 
-TEST(LeaseScheduler, AHolderWhoseGateKeepsItsLaunchesOutOfCutLeasesGetsWholeOnes) {
-  // Weights 1:3, the weight-3 tenant with host gaps, the weight-1 one with
-  // 1 ms kernels whose gate holds a per-launch figure of 4.4 ms (one inflated
-  // sample): in the cut leases of the other's gaps it starts nothing. Cut
-  // anyway, it held them idle, was charged for them and never ran again
-  // (on fakegpu: 12 % for a water-fill of 35, nothing at all for seconds).
-  // Its host work takes 2.6 ms (with the wake-ups, as on fakegpu): cut
-  // leases of 1.6 ms.
-  Sim sim;
-  sim.add(
-      1, burst(1),
-      {.overrun_ns = kMs, .queue_in_lease = true, .kernel_ns = kMs, .gate_figure_ns = 4400 * kUs});
-  sim.add(2, burst(3));  // syncs before its host work: nothing queued then
-  const auto [s1, s2] = host_gap_steps(sim, 2600 * kUs);
-  // 41.4 / 57.1 (its demand 60.6); cut as before, 0 for the weight-1 tenant.
-  EXPECT_GT(s1, 30.0);
-  EXPECT_GT(s2, 55.0);
-  EXPECT_GT(s1 + s2, 95.0);
-}
-
 TEST(LeaseScheduler, ACutLeaseEndsHalfALaunchBeforeTheReturn) {
   // As above, but the holder runs 1 ms kernels and the other's host work
   // takes 2.5 ms: the holder's gate starts a kernel up to the expiry and the
@@ -899,6 +879,36 @@ TEST(LeaseScheduler, ACutLeaseEndsHalfALaunchBeforeTheReturn) {
   EXPECT_LT(got[false].second, 58.0);
   EXPECT_GT(got[true].second, 61.0);  // its demand, 4 / 6.5
   EXPECT_GT(got[true].first + got[true].second, 90.0);
+}
+
+TEST(LeaseScheduler, AHolderWhoseGateKeepsItsLaunchesOutOfCutLeasesGetsWholeOnes) {
+  // Weights 1:3, the weight-3 tenant with host gaps, the weight-1 one with
+  // 1 ms kernels whose gate holds a per-launch figure of 4.4 ms (one inflated
+  // sample): in the cut leases of the other's gaps it starts nothing. Cut
+  // anyway, it held them idle, was charged for them and never ran again
+  // (on fakegpu: 12 % for a water-fill of 35, nothing at all for seconds).
+  // Its host work takes 2.6 ms (with the wake-ups, as on fakegpu): cut
+  // leases of 1.6 ms. Beside it, the same with an honest figure (1 ms).
+  std::map<bool, std::pair<double, double>> got;
+  for (const bool inflated : {false, true}) {
+    Sim sim;
+    sim.add(1, burst(1),
+            {.overrun_ns = kMs,
+             .queue_in_lease = true,
+             .kernel_ns = kMs,
+             .gate_figure_ns = inflated ? 4400 * kUs : 0});
+    sim.add(2, burst(3));  // syncs before its host work: nothing queued then
+    got[inflated] = host_gap_steps(sim, 2600 * kUs);
+  }
+  const auto [s1, s2] = got[true];
+  // 41.4 / 57.1 (its demand 60.6), as with the honest figure; cut as
+  // before, 0 for the weight-1 tenant.
+  EXPECT_GT(s1, 30.0);
+  EXPECT_GT(s1 + s2, 95.0);
+  // The figure is the tenant's: forged so, it takes nothing more from the
+  // returning tenant than the honest one's cut leases do.
+  EXPECT_GT(s2, got[false].second - 2.0);
+  EXPECT_LT(s1, got[false].first + 2.0);
 }
 
 TEST(LeaseScheduler, ATenantDueBackTooSoonForACutLeaseIsWaitedFor) {

@@ -16,6 +16,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
@@ -188,6 +189,16 @@ def case_forged_ledger(b):
         c = ct.Container(node, folder)
         holder = c.popen([alloc_probe(b), "--step", "1Gi", "--max", "1Gi", "--hold-seconds", "30"])
         wait_for(lambda: used(folder) >= GI, "the first process's memory")
+        # The greedy process is ready to allocate before the ledger is zeroed:
+        # the daemon repairs the ledger within a few of its passes, and a
+        # greedy process still starting by then (a loaded host) finds its
+        # allocations refused instead of over the quota, and is never killed.
+        barrier = tempfile.mkdtemp(prefix="cushare-forged-ledger-")
+        os.chmod(barrier, 0o777)
+        ready, go = os.path.join(barrier, "ready"), os.path.join(barrier, "go")
+        greedy = c.popen([alloc_probe(b), "--step", "256Mi", "--hold-seconds", "30",
+                          "--ready-file", ready, "--go-file", go])
+        wait_for(lambda: os.path.exists(ready), "the greedy process's context")
         # The tenant writes its own region (it is 0666 by design).
         at = cr.offset("usage", "gpus", 0, "used_bytes")
         zero = ("import mmap,os,struct; fd=os.open('/var/run/cushare/usage',os.O_RDWR); "
@@ -196,7 +207,7 @@ def case_forged_ledger(b):
         check(rc == 0, f"zeroing the ledger failed: {err}")
         t0 = time.monotonic()
         with ct.Sampler(node) as s:
-            greedy = c.popen([alloc_probe(b), "--step", "256Mi", "--hold-seconds", "30"])
+            open(go, "w").close()
             killed_at = None
             while time.monotonic() - t0 < 15:
                 if greedy.poll() is not None:
@@ -204,6 +215,7 @@ def case_forged_ledger(b):
                     break
                 time.sleep(0.05)
             time.sleep(0.5)
+        shutil.rmtree(barrier, ignore_errors=True)
         check(killed_at is not None, f"the greedy process was never stopped; ground truth peak "
               f"{s.peak // MI} MiB:\n{node.daemon_log()}")
         check(greedy.returncode == -signal.SIGKILL, f"greedy exited {greedy.returncode}")

@@ -248,7 +248,13 @@ def case_forged_overhead(b):
                           "--hold-seconds", "30"])
         wait_for(lambda: used(folder) >= 256 * MI + 200 * MI, "the holder's context and memory")
         usage = cr.Region.map(os.path.join(folder, "usage"))
-        slot = next(s["slot"] for s in usage.slots((cr.SLOT_ACTIVE,)) if s["bytes"][0] > 0)
+
+        def holder_slot():
+            return next((s["slot"] for s in usage.slots((cr.SLOT_ACTIVE,)) if s["bytes"][0] > 0),
+                        None)
+        # The ledger may count the bytes a moment before the slot reads active.
+        wait_for(lambda: holder_slot() is not None, "the holder's active slot")
+        slot = holder_slot()
         overhead = usage.get("slots", slot, "overhead")[0]
         check(overhead >= 200 * MI, f"no context overhead charged: {overhead}")
         # The tenant writes its own region (0666 by design).

@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
 import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
+import cushare_timing as tm  # noqa: E402
 
 GI = 1 << 30
 MI = 1 << 20
@@ -305,7 +306,10 @@ def case_race_and_kill(h):
     extra = {"CUSHARE_MEMORY_LIMIT": "8Gi", "FAKEGPU_CONTEXT_OVERHEAD": "64Mi",
              "CUSHARE_LOG_LEVEL": "off"}
     env = h.env(extra)
-    start_at = time.time() + 1.0
+    # Every racer creates its context before the start: one still starting
+    # after it (a sanitizer build on a loaded host) finds the quota full and
+    # its context refused, as it should be.
+    start_at = time.time() + (5.0 if tm.SANITIZED else 1.0)
     procs = [subprocess.Popen([h.a.probe, "--mode", "race", "--threads", "4", "--seconds", "2",
                                "--max-step", str(512 * MI), "--seed", str(i),
                                "--start-at", str(start_at)], env=env,

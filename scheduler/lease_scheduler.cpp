@@ -389,9 +389,10 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
 // The gate starts a launch in a cut lease only if it ends at most
 // shm::kCutLeaseOverrunNs past the expiry by the process's per-launch figure
 // (gate_decision.hpp, cut_lease_allows). Figures of an allocation's
-// processes come in turn: one with short kernels lately uses cut leases.
-// The figure is the tenant's to write; a forged one only trades its cut
-// leases for whole ones at its own turns, charged as they run.
+// processes come in turn: one the daemon saw with short kernels lately
+// uses cut leases. The figure is the tenant's to write; a forged one only
+// trades its cut leases for whole ones at its own turns, charged as they
+// run (in the unit test, the same shares as the honest figure's cut leases).
 bool LeaseScheduler::fits_cut_lease(const Tenant& h, std::uint64_t length_ns,
                                     std::uint64_t now) const {
   const std::uint64_t per = h.signals.per_launch_ns;

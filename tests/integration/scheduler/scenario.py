@@ -49,12 +49,13 @@ SCENARIOS = {
                           [("share", "t1", 25, 2), ("share", "t2", 75, 2)]),
     # Weights 1:3 with host gaps (its own shape, OWN_SHAPE): the weight-3
     # tenant hands off at every gap and comes back 2 ms later. Judged on the
-    # device and the weight-1 tenant: the next holder, waiting for its grant on the CPU (the daemon's
-    # ready window), starts at once, and the weight-1 tenant fills the other's
-    # gaps. On a 2-core VM, 4 s windows: the device 91.4-95.3 % busy, the
-    # tenants at 29.8-31.7 / 61.4-63.7 % (8 runs); without the windows
-    # 82.1-85.7 % and 23.6-25.0 / 58.5-61.3 (6 runs: threads woken from the
-    # futex for their grants; 86-88 % and 24.5 on another VM).
+    # device and the weight-1 tenant: the next holder, waiting for its grant
+    # on the CPU (the daemon's ready window), starts at once, and the
+    # weight-1 tenant fills the other's gaps. On a 2-core VM, 4 s windows:
+    # the device 91.4-95.3 % busy, the tenants at 29.8-31.7 / 61.4-63.7 %
+    # (8 runs); without the windows 82.1-85.7 % and 23.6-25.0 / 58.5-61.3
+    # (6 runs: threads woken from the futex for their grants; 86-88 % and
+    # 24.5 on another VM).
     "ready_windows": ([("t1", 10, "burst", "1000"), ("t2", 30, "burst", "1000")],
                       [("device_min", 88), ("min", "t1", 27), ("min", "t2", 58)]),
     "capped_30_50": ([("t1", 30, "capped", "1000"), ("t2", 50, "capped", "1000")],

@@ -198,7 +198,11 @@ def case_forged_ledger(b):
         ready, go = os.path.join(barrier, "ready"), os.path.join(barrier, "go")
         greedy = c.popen([alloc_probe(b), "--step", "256Mi", "--hold-seconds", "30",
                           "--ready-file", ready, "--go-file", go])
-        wait_for(lambda: os.path.exists(ready), "the greedy process's context")
+        try:
+            wait_for(lambda: os.path.exists(ready), "the greedy process's context")
+        except BaseException:
+            shutil.rmtree(barrier, ignore_errors=True)
+            raise
         # The tenant writes its own region (it is 0666 by design).
         at = cr.offset("usage", "gpus", 0, "used_bytes")
         zero = ("import mmap,os,struct; fd=os.open('/var/run/cushare/usage',os.O_RDWR); "
@@ -252,7 +256,9 @@ def case_forged_overhead(b):
         def holder_slot():
             return next((s["slot"] for s in usage.slots((cr.SLOT_ACTIVE,)) if s["bytes"][0] > 0),
                         None)
-        # The ledger may count the bytes a moment before the slot reads active.
+        # Once under ASan on a loaded host no active slot showed the bytes the
+        # ledger already had (cause not found; alone it never happens): a
+        # passing moment passes, a lasting one fails here, named.
         wait_for(lambda: holder_slot() is not None, "the holder's active slot")
         slot = holder_slot()
         overhead = usage.get("slots", slot, "overhead")[0]

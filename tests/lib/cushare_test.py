@@ -387,7 +387,8 @@ class Node:
             out["device"] = 100.0 * (d1["busy_ns"] - d0["busy_ns"]) / span
             return out
 
-        return tm.measure(sample, shares, window, log=lambda m: print("  " + m, flush=True))
+        return tm.measure(sample, shares, window, log=lambda m: print("  " + m, flush=True),
+                          stall_probe=self.b.tool("host_stall_probe"))
 
     def reset_peak(self):
         """Restarts every device's memory high-water mark from the memory in use."""

@@ -63,7 +63,7 @@ def case_two_gpus(b):
             span = (after[0] - before[0]) * 1e9
             return [100.0 * (a - b) / span for a, b in zip(after[1], before[1])]
 
-        busy = tm.measure(sample, busy_pct, 3.0).shares
+        busy = tm.measure(sample, busy_pct, 3.0, stall_probe=b.tool("host_stall_probe")).shares
         for p in procs:
             p.kill()
             p.wait()

@@ -230,6 +230,7 @@ class Env:
         # a hypervisor took (steal): printed beside the figures, which a
         # starved VM moves whatever the scheduler does.
         self.window_steal = None
+        self.window_stall = None
         # The daemon's CPU time over the windows measured, in % of one CPU
         # (None without a daemon, or one restarted meanwhile).
         self.daemon_cpu_pct = None
@@ -321,11 +322,13 @@ class Env:
         """The shares over the next `window` seconds (tests/lib/cushare_timing.py),
         and what the daemon's CPU time was meanwhile, in % of one CPU."""
         cpu0 = self.daemon_cpu()
-        m = tm.measure(self.stat, self.shares, window, log)
+        m = tm.measure(self.stat, self.shares, window, log,
+                       stall_probe=os.path.join(self.build, "bin", "host_stall_probe"))
         cpu1 = self.daemon_cpu()
         if cpu0 and cpu1 and cpu0[0] == cpu1[0]:
             self.daemon_cpu_pct = 100.0 * (cpu1[1] - cpu0[1]) / (cpu1[2] - cpu0[2])
         self.window_steal = m.steal
+        self.window_stall = m.stall
         self.peaks = {n: m.highest(n) for n in self.capped}
         return m.shares
 
@@ -657,8 +660,14 @@ def main():
     if a.json:
         print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "stalls": a.stalls, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures,
-                          "host_steal_pct": env.window_steal, "daemon_cpu_pct": env.daemon_cpu_pct}))
-    steal = "" if env.window_steal is None else f" (host: {env.window_steal:.1f} % of CPU time stolen"
+                          "host_steal_pct": env.window_steal, "host_stall_pct": env.window_stall,
+                          "daemon_cpu_pct": env.daemon_cpu_pct}))
+    host = []
+    if env.window_steal is not None:
+        host.append(f"{env.window_steal:.1f} % of CPU time stolen")
+    if env.window_stall is not None:
+        host.append(f"stalled {env.window_stall:.1f} % of the time")
+    steal = f" (host: {', '.join(host)}" if host else ""
     if steal:
         daemon = env.daemon_cpu_pct
         steal += ")" if daemon is None else f"; cushared: {daemon:.1f} % of a CPU)"

@@ -80,8 +80,11 @@ class StallProbe:
 
     def __enter__(self):
         if self.binary and os.access(self.binary, os.X_OK):
-            self.proc = subprocess.Popen([self.binary], stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, text=True)
+            try:
+                self.proc = subprocess.Popen([self.binary], stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, text=True)
+            except OSError:
+                self.proc = None
         return self
 
     def __exit__(self, *exc):
@@ -93,10 +96,13 @@ class StallProbe:
             r = json.loads(out)
             if r.get("realtime") and r["elapsed_ns"] > 0:
                 self.stalled_pct = 100.0 * r["stalled_ns"] / r["elapsed_ns"]
-        except (subprocess.TimeoutExpired, ValueError, KeyError):
+        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError, AttributeError):
             self.proc.kill()
             self.proc.wait()
         return False
+
+
+_PROBE_MISSING_SAID = False
 
 
 def lost_pct(stolen, stalled):
@@ -109,14 +115,15 @@ def lost_pct(stolen, stalled):
 class Measured(NamedTuple):
     """What measure() saw: `shares` of the window judged (the last), the
     percentage of the host's CPU stolen in it and of its time the host
-    stalled (each None: not measured), and every window measured. A bound
-    that being slow never breaks (a cap, what an attacker may take) must hold
-    in every window, not only the judged one: highest() is what to hold it
-    to."""
+    stalled (each None: not measured), every window measured and each one's
+    lost_pct(). A bound that being slow never breaks (a cap, what an attacker
+    may take) must hold in every window, not only the judged one: highest()
+    is what to hold it to."""
     shares: dict
     steal: float
     windows: list
     stall: float = None
+    lost: list = []
 
     def highest(self, name):
         return max(w[name] for w in self.windows)
@@ -126,7 +133,8 @@ def measure(sample, shares, window, log=print, describe=figures, stall_probe=Non
     """shares(sample() before, sample() after) over `window` seconds, measured
     again where the host's CPU was stolen or the host stalled (above).
     stall_probe: the path of host_stall_probe (None: steal alone)."""
-    windows = []
+    global _PROBE_MISSING_SAID
+    windows, lost_by_window = [], []
     for attempt in range(1, WINDOWS + 1):
         c0 = host_cpu_ticks()
         with StallProbe(stall_probe) as probe:
@@ -135,8 +143,13 @@ def measure(sample, shares, window, log=print, describe=figures, stall_probe=Non
             after = sample()
         result, stolen = shares(before, after), stolen_pct(c0, host_cpu_ticks())
         stalled = probe.stalled_pct
+        if stall_probe and stalled is None and not _PROBE_MISSING_SAID:
+            _PROBE_MISSING_SAID = True
+            log(f"{os.path.basename(stall_probe)} did not run at real-time priority: the "
+                f"host's stalls are not measured")
         windows.append(result)
         lost = lost_pct(stolen, stalled)
+        lost_by_window.append(lost)
         if lost is None or lost <= STEAL_LIMIT_PCT:
             break
         if attempt < WINDOWS:
@@ -145,7 +158,7 @@ def measure(sample, shares, window, log=print, describe=figures, stall_probe=Non
         else:
             log(f"every window had more than {STEAL_LIMIT_PCT:g} % of the host's CPU time "
                 f"stolen or stalled: the last one is judged")
-    return Measured(result, stolen, windows, stalled)
+    return Measured(result, stolen, windows, stalled, lost_by_window)
 
 
 def sanitizer_report(text):

@@ -1,9 +1,13 @@
 // Modules, libraries, kernels and their launches; streams, events, host callbacks.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <exception>
 #include <iterator>
-#include <sstream>
 #include <thread>
 
 #include "tests/fakegpu/cuda/driver.hpp"
@@ -99,16 +103,40 @@ CUresult load_module(const void* image, bool library, Module** out) {
 
 CUresult read_file(const char* path, std::string& bytes) {
   if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
-  // In one read of the size found: images run to tens of MiB, and a
-  // character at a time takes seconds per load (more under sanitizers).
-  const std::streamoff size = in.tellg();
-  if (size < 0) return CUDA_ERROR_FILE_NOT_FOUND;
-  bytes.assign(static_cast<std::size_t>(size) + 1, '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) return CUDA_ERROR_FILE_NOT_FOUND;
-  return CUDA_SUCCESS;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_FILE_NOT_FOUND;
+  struct stat sb {};
+  // Only a regular file is an image (a directory opens, and reports a size
+  // that is no length).
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return CUDA_ERROR_FILE_NOT_FOUND;
+  }
+  // In reads of the size found, not a character at a time: images run to
+  // tens of MiB. Whatever the file holds when read is the image (it may
+  // have changed size since the stat).
+  CUresult r = CUDA_SUCCESS;
+  try {
+    bytes.assign(static_cast<std::size_t>(sb.st_size) + 1, '\0');
+    std::size_t got = 0;
+    for (;;) {
+      if (got + 1 == bytes.size()) bytes.resize(bytes.size() * 2);
+      const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - 1 - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        r = CUDA_ERROR_FILE_NOT_FOUND;
+        break;
+      }
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    bytes.resize(got + 1);
+    bytes[got] = '\0';
+  } catch (const std::exception&) {  // no memory for it
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ::close(fd);
+  return r;
 }
 
 // What a CUmodule may name: a module, or a library's module (cuLibraryGetModule

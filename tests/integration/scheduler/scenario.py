@@ -231,6 +231,7 @@ class Env:
         # starved VM moves whatever the scheduler does.
         self.window_steal = None
         self.window_stall = None
+        self.windows = []
         # The daemon's CPU time over the windows measured, in % of one CPU
         # (None without a daemon, or one restarted meanwhile).
         self.daemon_cpu_pct = None
@@ -329,6 +330,7 @@ class Env:
             self.daemon_cpu_pct = 100.0 * (cpu1[1] - cpu0[1]) / (cpu1[2] - cpu0[2])
         self.window_steal = m.steal
         self.window_stall = m.stall
+        self.windows = [{"shares": w, "host_lost_pct": x} for w, x in zip(m.windows, m.lost)]
         self.peaks = {n: m.highest(n) for n in self.capped}
         return m.shares
 
@@ -661,6 +663,7 @@ def main():
         print(json.dumps({"scenario": a.name, "shape": a.shape, "hogs": a.hogs, "stalls": a.stalls, "window_s": a.window, "shares": shares,
                           "checks": [list(c) for c in checks], "failures": failures,
                           "host_steal_pct": env.window_steal, "host_stall_pct": env.window_stall,
+                          "windows": env.windows,
                           "daemon_cpu_pct": env.daemon_cpu_pct}))
     host = []
     if env.window_steal is not None:

@@ -2,7 +2,9 @@
 """The scenario harness's checks can fail: each kind is judged on made-up
 shares, on both sides of its bound, without running anything."""
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -107,6 +109,53 @@ class Checks(unittest.TestCase):
             env.close()
         self.assertEqual(failed, ["GPU 1: t1: 49.5 % not within 25 +- 2",
                                   "GPU 1: t2: 49.5 % not within 75 +- 2"])
+
+
+class StalledWindows(unittest.TestCase):
+    """measure() takes a probe's stall figure as it takes steal: a window
+    stalled beyond the limit is measured again, the last one judged; the
+    probe here is a script that answers SIGTERM with a made-up figure."""
+
+    def probe(self, stalled_ns, realtime="true"):
+        d = tempfile.mkdtemp(prefix="stall-probe-")
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, "probe")
+        line = (f'{{"realtime": {realtime}, "elapsed_ns": 1000000000, "stalled_ns": {stalled_ns}, '
+                f'"longest_ns": 1}}')
+        with open(path + ".json", "w") as f:
+            f.write(line + "\n")
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\ntrap 'cat {path}.json; exit 0' TERM\n"
+                    "while :; do sleep 0.01; done\n")
+        os.chmod(path, 0o755)
+        return path
+
+    def measured(self, probe):
+        said = []
+        counter = iter(range(100))
+        m = scenario.tm.measure(lambda: next(counter), lambda a, b: {"n": b}, 0.2,
+                                log=said.append, stall_probe=probe)
+        return m, said
+
+    def test_a_stalled_window_is_measured_again_and_the_last_judged(self):
+        m, said = self.measured(self.probe(200_000_000))  # 20 % stalled
+        self.assertEqual(len(m.windows), scenario.tm.WINDOWS)
+        self.assertAlmostEqual(m.stall, 20.0)
+        self.assertEqual(m.shares, m.windows[-1])
+        self.assertIn("the last one is judged", said[-1])
+
+    def test_a_quiet_window_is_judged_at_once(self):
+        m, said = self.measured(self.probe(10_000_000))  # 1 %
+        self.assertEqual(len(m.windows), 1)
+        self.assertAlmostEqual(m.stall, 1.0)
+        self.assertEqual(said, [])
+
+    def test_a_probe_without_real_time_priority_is_said_and_ignored(self):
+        scenario.tm._PROBE_MISSING_SAID = False
+        m, said = self.measured(self.probe(900_000_000, realtime="false"))
+        self.assertIsNone(m.stall)
+        self.assertEqual(len(said), 1)
+        self.assertIn("not measured", said[0])
 
 
 if __name__ == "__main__":

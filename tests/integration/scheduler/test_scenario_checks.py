@@ -61,8 +61,25 @@ class Checks(unittest.TestCase):
         self.assertNotIn(("device_min", 95), shaped)
         self.assertEqual(len(scenario.check({"t1": 23.5, "t2": 72.5, "device": 96.0}, shaped)), 1)
         self.assertEqual(scenario.check({"t1": 24.5, "t2": 73.0, "device": 97.5}, shaped), [])
-        # Without the figure, async keeps the scenario's own checks.
-        self.assertEqual(scenario.shaped_checks(checks, burst, "async"), checks)
+        # Without the figure, async keeps the scenario's tolerance and floor,
+        # but judges the split of the busy time, not of the wall time.
+        own = scenario.shaped_checks(checks, burst, "async")
+        self.assertEqual(own, [("busy_share", "t1", 25, 3), ("busy_share", "t2", 75, 3),
+                               ("device_min", 95)])
+        # Weights 1:3 at 97.2 % busy, split right: the wall share alone failed it.
+        self.assertEqual(scenario.check({"t1": 24.5, "t2": 72.7, "device": 97.2}, own), [])
+        self.assertEqual(len(scenario.check({"t1": 20.0, "t2": 74.0, "device": 94.0}, own)), 3)
+
+    def test_gapless_scenarios_without_a_split_keep_their_checks(self):
+        stalled = [("t1", 10, "burst", "20000"), ("t2", 90, "burst", "5000")]
+        self.assertEqual(scenario.shaped_checks([("busy_max", "t1", 12)], stalled, "async"),
+                         [("busy_max", "t1", 12)])
+        self.assertEqual(scenario.shaped_checks([("min", "t1", 96)], stalled[:1], "async"),
+                         [("min", "t1", 96)])
+        # A split is judged with the floor added where the scenario set none.
+        shaped = scenario.shaped_checks([("share", "t1", 25, 2), ("share", "t2", 75, 2)],
+                                        [("t1", 25, "burst"), ("t2", 75, "burst")], "async")
+        self.assertIn(("device_min", 95), shaped)
 
     def test_a_host_slower_alone_lowers_the_floor_a_faster_one_raises_it(self):
         one = [("t1", 50, "burst", "1000")]

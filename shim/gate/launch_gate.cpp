@@ -103,12 +103,13 @@ struct SlotBase {
 std::array<SlotBase, shm::kMaxGpus> g_slot_base{};
 
 // The allocation's busy time since its slot opened at `open`: the time
-// since, less the idle time the tracker saw in it.
+// since, less the idle time the tracker saw in it (its idle gaps, and its
+// spells' waits for the GPU while another context ran: spell_wait.hpp).
 std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
                          std::uint64_t now) noexcept {
   SlotBase& b = g_slot_base[gpu];
   if (b.open_ns.load(std::memory_order_acquire) != open) {
-    b.idle_ns.store(tr.idle_until_ns(open), std::memory_order_relaxed);
+    b.idle_ns.store(tr.idle_at_period_start_ns(open), std::memory_order_relaxed);
     b.open_ns.store(open, std::memory_order_release);
   }
   const std::uint64_t at_open = b.idle_ns.load(std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/spell_wait.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
@@ -60,6 +61,9 @@ void GpuTracker::reset_after_fork() noexcept {
   free_events_ = {};
   ctx_ = nullptr;
   spell_end_ = nullptr;
+  spell_end_lo_ns_ = 0;
+  spell_start_ = {};
+  wait_floor_ns_ = 0;
   gap_ = {};
   anchor_ = {};
   left_idle_ = false;
@@ -257,12 +261,13 @@ CUevent GpuTracker::take_event_locked() noexcept {
 void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   const std::uint32_t epoch = mark_busy();
   std::lock_guard lock(mu_);
+  // Before `to` is recorded: the GPU cannot reach it earlier.
+  const std::uint64_t begun = shm::monotonic_ns();
   const std::uint64_t since = std::exchange(idle_since_ns_, 0);
-  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1) {
-    const std::uint64_t now = shm::monotonic_ns();
-    if (now > since) idle_total_ns_ += now - since;
-  }
+  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since)
+    idle_total_ns_ += begun - since;
   CUevent from = std::exchange(spell_end_, nullptr);
+  const std::uint64_t from_lo = std::exchange(spell_end_lo_ns_, 0);
   if (!from) return;
   // Only a gap in which no process of the allocation had work on the GPU
   // counts: this process left it idle, and is the next to make it busy.
@@ -281,27 +286,44 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   // so only its part after that instant is idle time of this lease.
   const std::uint64_t now = shm::monotonic_ns();
   const std::uint64_t resumed = usage.resumed_ns.load(std::memory_order_acquire);
-  gap_ = {.from = from, .to = to, .clip_ns = now > resumed ? now - resumed : 0};
+  gap_ = {.from = from,
+          .to = to,
+          .clip_ns = now > resumed ? now - resumed : 0,
+          .begun_ns = begun,
+          .from_lo_ns = from_lo};
 }
 
 // Publishes a measured gap once both its events completed (the GPU reached
 // the first launch after it).
+// Also counts the spell's wait for the GPU as idle time of the local duty
+// cycle (spell_wait.hpp): only while this process is the allocation's only
+// busy one (a sibling's work in the wait would be the allocation's), and
+// only for a spell that began in the period whose figure is open.
 void GpuTracker::settle_gap_locked(shm::GpuUsage& usage) noexcept {
   if (!gap_.from) return;
   float ms = 0;
   const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
   if (rc == CUDA_ERROR_NOT_READY) return;
-  if (rc == CUDA_SUCCESS && ms > 0) {
-    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
-    usage.idle_ns.fetch_add(std::min(gap, gap_.clip_ns), std::memory_order_relaxed);
-  }
   const GapProbe done = std::exchange(gap_, {});
+  if (rc == CUDA_SUCCESS && ms >= 0) {
+    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+    if (gap > 0) usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
+    const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
+    const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
+    if (wait > 0 && done.begun_ns >= wait_floor_ns_ &&
+        usage.busy_processes.load(std::memory_order_acquire) == 1)
+      idle_total_ns_ += wait;
+    const CUevent old = std::exchange(spell_start_, {.event = done.to, .lo_ns = started}).event;
+    release_locked(old);
+  }
   release_locked(done.from);
-  release_locked(done.to);
+  release_locked(done.to);  // kept as the spell's start
 }
 
 void GpuTracker::release_locked(CUevent ev) noexcept {
-  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == anchor_.event) return;
+  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == anchor_.event ||
+      ev == spell_start_.event)
+    return;
   free_events_.push_back(ev);
 }
 
@@ -441,13 +463,31 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   left_idle_ = false;
   const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
   publish_drained(idle ? now : done.last_submit_ns, usage);
+  // Before the spell's end below: a spell of one batch ends at its start's
+  // settling, and its end's bound chains from that start.
+  settle_gap_locked(usage);
   if (idle && left_idle_) {
+    float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
     idle_since_ns_ = now;
+    spell_end_lo_ns_ = done.last_submit_ns;
+    if (spell_start_.event && real().cuEventElapsedTime_v2 &&
+        real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, ev) == CUDA_SUCCESS &&
+        ms_since_start >= 0)
+      spell_end_lo_ns_ = completed_no_earlier_than(
+          done.last_submit_ns, spell_start_.lo_ns,
+          static_cast<std::uint64_t>(static_cast<double>(ms_since_start) * 1e6));
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it
-  settle_gap_locked(usage);
+}
+
+std::uint64_t GpuTracker::idle_at_period_start_ns(std::uint64_t open) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    wait_floor_ns_ = std::max(wait_floor_ns_, open);
+  }
+  return idle_until_ns(open);
 }
 
 std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {

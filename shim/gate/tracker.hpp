@@ -152,6 +152,10 @@ class GpuTracker {
   // now. A gap another process of the allocation ended counts as busy time:
   // the local duty cycle then stops early rather than late.
   std::uint64_t idle_until_ns(std::uint64_t t) noexcept;
+  // The same at `open`, the start of a duty-cycle period, taken once in it:
+  // the waits of spells that began before it (spell_wait.hpp) settle later,
+  // into the next figure, so they are no longer counted.
+  std::uint64_t idle_at_period_start_ns(std::uint64_t open) noexcept;
 
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;
@@ -210,12 +214,23 @@ class GpuTracker {
   CUcontext ctx_ = nullptr;
   // Idle gaps (begin_spell). Under mu_.
   struct GapProbe {
-    CUevent from = nullptr;     // last batch event of the spell before the gap
-    CUevent to = nullptr;       // recorded before the first launch after it
-    std::uint64_t clip_ns = 0;  // at most this much of it counts (time since the lease's start)
+    CUevent from = nullptr;        // last batch event of the spell before the gap
+    CUevent to = nullptr;          // recorded before the first launch after it
+    std::uint64_t clip_ns = 0;     // at most this much of it counts (time since the lease's start)
+    std::uint64_t begun_ns = 0;    // the spell began then (before `to` was recorded)
+    std::uint64_t from_lo_ns = 0;  // `from` completed no earlier (0: unknown)
   };
-  CUevent spell_end_ = nullptr;   // last event of the last spell that left the allocation idle
-  std::uint32_t idle_epoch_ = 0;  // usage.busy_epoch then
+  CUevent spell_end_ = nullptr;        // last event of the last spell that left the allocation idle
+  std::uint64_t spell_end_lo_ns_ = 0;  // it completed no earlier (0: unknown)
+  // The last measured spell's start: its `to` event and when that
+  // completed at the earliest (spell_wait.hpp), the chain's link to the
+  // spell's end.
+  struct SpellStart {
+    CUevent event = nullptr;
+    std::uint64_t lo_ns = 0;
+  } spell_start_;
+  std::uint64_t wait_floor_ns_ = 0;  // idle_at_period_start_ns()
+  std::uint32_t idle_epoch_ = 0;     // usage.busy_epoch then
   // idle_until_ns(): the gaps that ended, and when the one in progress began
   // (0: none of ours). Under mu_.
   std::uint64_t idle_total_ns_ = 0;

@@ -146,6 +146,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000, kRequired)                                 \
   X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, kRequired)                                   \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, kRequired)                                        \
+  X(cuStreamCreate, PFN_cuStreamCreate_v2000, kRequired)                                        \
   X(cuStreamQuery, PFN_cuStreamQuery_v2000, kRequired)                                          \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000, kRequired)                             \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, kRequired) \

@@ -64,6 +64,7 @@ void GpuTracker::reset_after_fork() noexcept {
   spell_end_lo_ns_ = 0;
   spell_start_ = {};
   wait_floor_ns_ = 0;
+  probe_stream_ = nullptr;
   gap_ = {};
   anchor_ = {};
   left_idle_ = false;
@@ -289,40 +290,86 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   gap_ = {.from = from,
           .to = to,
           .clip_ns = now > resumed ? now - resumed : 0,
+          .start = record_start_probe_locked(),
           .begun_ns = begun,
           .from_lo_ns = from_lo};
 }
 
-// Publishes a measured gap once both its events completed (the GPU reached
-// the first launch after it).
-// Also counts the spell's wait for the GPU as idle time of the local duty
-// cycle (spell_wait.hpp): only while this process is the allocation's only
-// busy one (a sibling's work in the wait would be the allocation's), and
-// only for a spell that began in the period whose figure is open.
-void GpuTracker::settle_gap_locked(shm::GpuUsage& usage) noexcept {
+CUevent GpuTracker::record_start_probe_locked() noexcept {
+  const RealDriver& r = real();
+  if (!probe_stream_ && r.cuStreamCreate(&probe_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+    probe_stream_ = nullptr;
+  if (!probe_stream_) return nullptr;
+  CUevent ev = record_event_locked(probe_stream_);
+  if (!ev) {
+    // A stream the driver no longer knows belonged to a context that is
+    // gone: the next spell makes one in the context current then. One it
+    // knows is kept (the event was the problem), never leaked.
+    const CUresult q = r.cuStreamQuery(probe_stream_);
+    if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) probe_stream_ = nullptr;
+  }
+  return ev;
+}
+
+// Publishes a measured gap once its events completed (the GPU reached the
+// first launch after it), and counts the spell's wait for the GPU as idle
+// time of the local duty cycle (spell_wait_locked). `completed`: the batch
+// event just completed.
+void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept {
   if (!gap_.from) return;
   float ms = 0;
   const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
   if (rc == CUDA_ERROR_NOT_READY) return;
+  float ms_start = 0;
+  CUresult rc_start = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS && gap_.start) {
+    rc_start = real().cuEventElapsedTime_v2(&ms_start, gap_.from, gap_.start);
+    if (rc_start == CUDA_ERROR_NOT_READY) return;
+  }
   const GapProbe done = std::exchange(gap_, {});
-  if (rc == CUDA_SUCCESS && ms >= 0) {
+  if (rc == CUDA_SUCCESS && ms > 0) {
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
-    if (gap > 0) usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
+    usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
+  }
+  if (rc_start == CUDA_SUCCESS && ms_start >= 0) {
+    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6);
     const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
-    const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
-    if (wait > 0 && done.begun_ns >= wait_floor_ns_ &&
-        usage.busy_processes.load(std::memory_order_acquire) == 1)
-      idle_total_ns_ += wait;
-    const CUevent old = std::exchange(spell_start_, {.event = done.to, .lo_ns = started}).event;
+    if (done.begun_ns >= wait_floor_ns_)
+      idle_total_ns_ += spell_wait_locked(done, started, completed);
+    const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
     release_locked(old);
   }
   release_locked(done.from);
-  release_locked(done.to);  // kept as the spell's start
+  release_locked(done.to);
+  release_locked(done.start);  // kept as the spell's start
+}
+
+// The wait counts only where nothing of the allocation can have run in it:
+// no other process is attached to the allocation (a sibling that ran while
+// this one waited leaves no other trace once it is idle again), and the
+// probe completed before the spell's first completed batch (it did not lag
+// behind the spell's own work).
+std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started,
+                                            CUevent completed) noexcept {
+  const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
+  if (wait == 0) return 0;
+  float ms = 0;
+  if (!completed || real().cuEventElapsedTime_v2(&ms, done.start, completed) != CUDA_SUCCESS ||
+      ms < 0)
+    return 0;
+  const AllocationState* st = allocation_state();
+  if (!st || !st->slot) return 0;
+  for (std::uint32_t i = 0; i < shm::kMaxSlots; ++i) {
+    if (i != st->slot_index && st->usage->slots[i].state.load(std::memory_order_acquire) !=
+                                   static_cast<std::uint32_t>(shm::SlotState::kFree))
+      return 0;
+  }
+  return wait;
 }
 
 void GpuTracker::release_locked(CUevent ev) noexcept {
-  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == anchor_.event ||
-      ev == spell_start_.event)
+  if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == gap_.start ||
+      ev == anchor_.event || ev == spell_start_.event)
     return;
   free_events_.push_back(ev);
 }
@@ -465,7 +512,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   publish_drained(idle ? now : done.last_submit_ns, usage);
   // Before the spell's end below: a spell of one batch ends at its start's
   // settling, and its end's bound chains from that start.
-  settle_gap_locked(usage);
+  settle_gap_locked(usage, ev);
   if (idle && left_idle_) {
     float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.

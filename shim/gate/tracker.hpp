@@ -176,7 +176,8 @@ class GpuTracker {
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
   bool settle_idle_locked() noexcept;
-  void settle_gap_locked(shm::GpuUsage& usage) noexcept;
+  void settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept;
+  CUevent record_start_probe_locked() noexcept;
   CUevent take_event_locked() noexcept;
   // An event recorded on `stream` (from the pool, else new), or null.
   CUevent record_event_locked(CUstream stream) noexcept;
@@ -214,12 +215,19 @@ class GpuTracker {
   CUcontext ctx_ = nullptr;
   // Idle gaps (begin_spell). Under mu_.
   struct GapProbe {
-    CUevent from = nullptr;        // last batch event of the spell before the gap
-    CUevent to = nullptr;          // recorded before the first launch after it
-    std::uint64_t clip_ns = 0;     // at most this much of it counts (time since the lease's start)
-    std::uint64_t begun_ns = 0;    // the spell began then (before `to` was recorded)
+    CUevent from = nullptr;     // last batch event of the spell before the gap
+    CUevent to = nullptr;       // recorded before the first launch after it
+    std::uint64_t clip_ns = 0;  // at most this much of it counts (time since the lease's start)
+    // Recorded on probe_stream_ right after `to`: completes when the
+    // context reaches the GPU, whatever the application's streams hold.
+    CUevent start = nullptr;
+    std::uint64_t begun_ns = 0;    // the spell began then (before `start` was recorded)
     std::uint64_t from_lo_ns = 0;  // `from` completed no earlier (0: unknown)
   };
+  // The tracker's own non-blocking stream in the context it tracks, for
+  // GapProbe::start (created at the first spell; null: none, or the context
+  // it was made in is gone). Under mu_.
+  CUstream probe_stream_ = nullptr;
   CUevent spell_end_ = nullptr;        // last event of the last spell that left the allocation idle
   std::uint64_t spell_end_lo_ns_ = 0;  // it completed no earlier (0: unknown)
   // The last measured spell's start: its `to` event and when that
@@ -237,6 +245,8 @@ class GpuTracker {
   std::uint64_t idle_since_ns_ = 0;
   bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
+  std::uint64_t spell_wait_locked(const GapProbe& done, std::uint64_t started_ns,
+                                  CUevent completed) noexcept;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.
   static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;

@@ -94,6 +94,12 @@ void advance_device(SharedState& s, uint32_t device, uint64_t now) {
     WorkItem& item = head_of(c);
     const bool others = next_runnable(s, d, d.running, d.running) >= 0;
     if (!others && d.slice_start_ns + slice <= t) d.slice_start_ns = t;  // alone: slices renew
+    // A context that ran alone through a step longer than a slice is, when
+    // another one arrives, in the slice that holds `t`: its switch is never
+    // dated before `t` (the timeline ran backwards, completing the arrival's
+    // work before it was submitted and charging that span twice).
+    if (others && d.slice_start_ns + slice < t)
+      d.slice_start_ns += (t - d.slice_start_ns) / slice * slice;
     const uint64_t slice_end = d.slice_start_ns + slice;
     uint64_t event = t + item.remaining_ns;
     if (others) event = std::min(event, slice_end);

@@ -108,7 +108,29 @@ TEST_F(EngineTest, LateArrivalWaitsAtMostOneSlice) {
   kernel(b, 1 * kMs, kT0 + 50 * kMs);
   advance_all(s(), kT0 + 200 * kMs);
   EXPECT_LE(s().contexts[b].last_done_ns, kT0 + 53 * kMs);
+  EXPECT_GE(s().contexts[b].last_done_ns, kT0 + 51 * kMs);  // not before it arrived
   EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 101 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 100 * kMs);
+  EXPECT_EQ(s().procs[1].busy[0], 1 * kMs);
+}
+
+// A lone context running through a step longer than a slice, then a marker
+// of another context: the marker completes after it was submitted, and the
+// busy time adds up to the time that passed.
+TEST_F(EngineTest, AnArrivalAfterALongLoneStepIsNeverDatedBeforeItsSubmission) {
+  int32_t a = context(0), b = context(1);
+  int32_t e = create_event(s(), 1);
+  kernel(a, 20 * kMs);
+  advance_all(s(), kT0 + 1 * kMs);
+  advance_all(s(), kT0 + 9 * kMs);  // one lone step of 8 ms
+  enqueue(s(), b, ItemKind::marker, 0, e, 1, kQueueCap, kT0 + 9 * kMs);
+  advance_all(s(), kT0 + 30 * kMs);
+  ASSERT_EQ(s().events[e].completed, 1u);
+  EXPECT_GE(s().events[e].time_ns, kT0 + 9 * kMs);
+  EXPECT_LE(s().events[e].time_ns, kT0 + 11 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 20 * kMs);
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 20 * kMs);
+  EXPECT_EQ(s().devices[0].busy_ns, 20 * kMs);
 }
 
 TEST_F(EngineTest, EventMarkersCompleteInStreamOrder) {

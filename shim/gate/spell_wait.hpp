@@ -15,7 +15,8 @@
 // spell whose event completed as it was recorded (the usual case: nothing
 // else on the GPU), and breaks past kWaitChainSpanNs; each link gives up
 // kClockDriftPpm of its span for the drift between the two clocks (NTP
-// slews CLOCK_MONOTONIC by at most 500 ppm; the GPU's crystal adds its own).
+// slews CLOCK_MONOTONIC by at most 500 ppm; the GPU's crystal adds its own)
+// and kTimestampSlackNs for the timestamps' resolution.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +26,9 @@ namespace cushare::shim::gate {
 
 inline constexpr std::uint64_t kWaitChainSpanNs = 100'000'000;
 inline constexpr std::uint64_t kClockDriftPpm = 1'000;
+// Each link also gives up the resolution of the GPU's event timestamps
+// (about half a microsecond on hardware), twice over.
+inline constexpr std::uint64_t kTimestampSlackNs = 2'000;
 
 // When an event completed at the earliest, on the CPU's clock: recorded at
 // `recorded_ns`, `gpu_after_ns` after an earlier event on the GPU's clock
@@ -32,8 +36,9 @@ inline constexpr std::uint64_t kClockDriftPpm = 1'000;
 inline std::uint64_t completed_no_earlier_than(std::uint64_t recorded_ns, std::uint64_t earlier_ns,
                                                std::uint64_t gpu_after_ns) noexcept {
   if (earlier_ns == 0 || gpu_after_ns > kWaitChainSpanNs) return recorded_ns;
-  const std::uint64_t drift = gpu_after_ns * kClockDriftPpm / 1'000'000 + 1;
-  return std::max(recorded_ns, earlier_ns + gpu_after_ns - std::min(drift, gpu_after_ns));
+  const std::uint64_t slack = gpu_after_ns * kClockDriftPpm / 1'000'000 + kTimestampSlackNs;
+  const std::uint64_t carried = earlier_ns + gpu_after_ns;
+  return std::max(recorded_ns, carried > slack ? carried - slack : 0);
 }
 
 // The wait of a spell that began at `begun_ns` (its event recorded then)

@@ -11,6 +11,7 @@
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/gate/spell_wait.hpp"
+#include "shim/gate/tsc_clock.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
@@ -65,6 +66,7 @@ void GpuTracker::reset_after_fork() noexcept {
   spell_start_ = {};
   wait_floor_ns_ = 0;
   probe_stream_ = nullptr;
+  probe_ctx_ = nullptr;
   gap_ = {};
   anchor_ = {};
   left_idle_ = false;
@@ -295,18 +297,31 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
           .from_lo_ns = from_lo};
 }
 
+// Only in the context the probe stream was made in (the first spell's): a
+// process that launches in several contexts on the GPU gets no probe in the
+// others, rather than a stream per context or events recorded across them.
 CUevent GpuTracker::record_start_probe_locked() noexcept {
   const RealDriver& r = real();
-  if (!probe_stream_ && r.cuStreamCreate(&probe_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
-    probe_stream_ = nullptr;
-  if (!probe_stream_) return nullptr;
+  CUcontext current = nullptr;
+  if (r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) return nullptr;
+  if (!probe_stream_) {
+    if (r.cuStreamCreate(&probe_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      probe_stream_ = nullptr;
+      return nullptr;
+    }
+    probe_ctx_ = current;
+  }
+  if (current != probe_ctx_) return nullptr;
   CUevent ev = record_event_locked(probe_stream_);
   if (!ev) {
     // A stream the driver no longer knows belonged to a context that is
     // gone: the next spell makes one in the context current then. One it
     // knows is kept (the event was the problem), never leaked.
     const CUresult q = r.cuStreamQuery(probe_stream_);
-    if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) probe_stream_ = nullptr;
+    if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
+      probe_stream_ = nullptr;
+      probe_ctx_ = nullptr;
+    }
   }
   return ev;
 }
@@ -317,6 +332,12 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
 // event just completed.
 void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept {
   if (!gap_.from) return;
+  if (gap_.start && !gap_.start_lagged) {
+    float after = 0;
+    const CUresult q = completed ? real().cuEventElapsedTime_v2(&after, gap_.start, completed)
+                                 : CUDA_ERROR_INVALID_HANDLE;
+    gap_.start_lagged = q == CUDA_ERROR_NOT_READY || (q == CUDA_SUCCESS && after < 0);
+  }
   float ms = 0;
   const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
   if (rc == CUDA_ERROR_NOT_READY) return;
@@ -334,8 +355,8 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
   if (rc_start == CUDA_SUCCESS && ms_start >= 0) {
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6);
     const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
-    if (done.begun_ns >= wait_floor_ns_)
-      idle_total_ns_ += spell_wait_locked(done, started, completed);
+    if (done.begun_ns >= wait_floor_ns_ && !done.start_lagged)
+      idle_total_ns_ += spell_wait_locked(done, started);
     const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
     release_locked(old);
   }
@@ -347,16 +368,11 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
 // The wait counts only where nothing of the allocation can have run in it:
 // no other process is attached to the allocation (a sibling that ran while
 // this one waited leaves no other trace once it is idle again), and the
-// probe completed before the spell's first completed batch (it did not lag
-// behind the spell's own work).
-std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started,
-                                            CUevent completed) noexcept {
+// probe completed before every batch of the spell that completed before it
+// settled (it did not lag behind the spell's own work: settle_gap_locked).
+std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started) noexcept {
   const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
   if (wait == 0) return 0;
-  float ms = 0;
-  if (!completed || real().cuEventElapsedTime_v2(&ms, done.start, completed) != CUDA_SUCCESS ||
-      ms < 0)
-    return 0;
   const AllocationState* st = allocation_state();
   if (!st || !st->slot) return 0;
   for (std::uint32_t i = 0; i < shm::kMaxSlots; ++i) {
@@ -518,12 +534,17 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
     idle_since_ns_ = now;
-    spell_end_lo_ns_ = done.last_submit_ns;
+    // The submission stamps come from the gate's counter clock, which may
+    // run up to tsc::kMaxAnchorErrorNs ahead of CLOCK_MONOTONIC unnoticed.
+    const std::uint64_t submitted = done.last_submit_ns > tsc::kMaxAnchorErrorNs
+                                        ? done.last_submit_ns - tsc::kMaxAnchorErrorNs
+                                        : 0;
+    spell_end_lo_ns_ = submitted;
     if (spell_start_.event && real().cuEventElapsedTime_v2 &&
         real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, ev) == CUDA_SUCCESS &&
         ms_since_start >= 0)
       spell_end_lo_ns_ = completed_no_earlier_than(
-          done.last_submit_ns, spell_start_.lo_ns,
+          submitted, spell_start_.lo_ns,
           static_cast<std::uint64_t>(static_cast<double>(ms_since_start) * 1e6));
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it

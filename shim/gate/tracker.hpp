@@ -221,6 +221,9 @@ class GpuTracker {
     // Recorded on probe_stream_ right after `to`: completes when the
     // context reaches the GPU, whatever the application's streams hold.
     CUevent start = nullptr;
+    // A batch of the spell completed before `start` did (streams run
+    // independently): its wait is not measured.
+    bool start_lagged = false;
     std::uint64_t begun_ns = 0;    // the spell began then (before `start` was recorded)
     std::uint64_t from_lo_ns = 0;  // `from` completed no earlier (0: unknown)
   };
@@ -228,6 +231,7 @@ class GpuTracker {
   // GapProbe::start (created at the first spell; null: none, or the context
   // it was made in is gone). Under mu_.
   CUstream probe_stream_ = nullptr;
+  CUcontext probe_ctx_ = nullptr;      // the context probe_stream_ belongs to
   CUevent spell_end_ = nullptr;        // last event of the last spell that left the allocation idle
   std::uint64_t spell_end_lo_ns_ = 0;  // it completed no earlier (0: unknown)
   // The last measured spell's start: its `to` event and when that
@@ -245,8 +249,7 @@ class GpuTracker {
   std::uint64_t idle_since_ns_ = 0;
   bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
-  std::uint64_t spell_wait_locked(const GapProbe& done, std::uint64_t started_ns,
-                                  CUevent completed) noexcept;
+  std::uint64_t spell_wait_locked(const GapProbe& done, std::uint64_t started_ns) noexcept;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.
   static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;

@@ -19,11 +19,19 @@ TEST(SpellWait, TheChainCarriesABoundLessTheClocksDrift) {
   // 1 ms before it was recorded: 1 ms later, less the drift of 10 ms.
   const std::uint64_t lo = completed_no_earlier_than(kT, kT - 9 * kMs, 10 * kMs);
   EXPECT_LT(lo, kT + 1 * kMs);
-  EXPECT_GE(lo, kT + 1 * kMs - 10 * kMs * kClockDriftPpm / 1'000'000 - 1);
+  EXPECT_GE(lo, kT + 1 * kMs - 10 * kMs * kClockDriftPpm / 1'000'000 - kTimestampSlackNs);
 }
 
 TEST(SpellWait, AChainTooLongSaysNothing) {
   EXPECT_EQ(completed_no_earlier_than(kT, kT - 1 * kMs, kWaitChainSpanNs + 1), kT);
+  // At the limit it still says something.
+  EXPECT_GT(completed_no_earlier_than(kT - kWaitChainSpanNs, kT - 2 * kMs, kWaitChainSpanNs),
+            kT - kWaitChainSpanNs);
+}
+
+TEST(SpellWait, NoGpuTimeBetweenTwoEventsCarriesTheBoundLessTheSlack) {
+  EXPECT_EQ(completed_no_earlier_than(0, kT, 0), kT - kTimestampSlackNs);
+  EXPECT_EQ(completed_no_earlier_than(1, 1, 0), 1u);  // never below zero, nor the record
 }
 
 TEST(SpellWait, AWaitBehindAnotherContextIsMeasuredNeverOverstated) {
@@ -34,7 +42,7 @@ TEST(SpellWait, AWaitBehindAnotherContextIsMeasuredNeverOverstated) {
   const std::uint64_t started = completed_no_earlier_than(begun, kT, 3 * kMs);
   const std::uint64_t wait = spell_wait_ns(begun, started);
   EXPECT_LE(wait, 1 * kMs);
-  EXPECT_GT(wait, 1 * kMs - 3 * kMs * kClockDriftPpm / 1'000'000 - 2);
+  EXPECT_GE(wait, 1 * kMs - 3 * kMs * kClockDriftPpm / 1'000'000 - kTimestampSlackNs);
   // An event that completed as it was recorded: no wait.
   EXPECT_EQ(spell_wait_ns(begun, completed_no_earlier_than(begun, kT, 2 * kMs)), 0u);
   // A bound from a chain that knows less (its end known only from its

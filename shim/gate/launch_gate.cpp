@@ -71,6 +71,13 @@ std::array<std::atomic<bool>, shm::kMaxGpus> g_borrowing{};
 // process spends at most one CPU on it whatever its number of threads.
 std::array<std::atomic<bool>, shm::kMaxGpus> g_ready_spinner{};
 
+// Per GPU: the last decision ran the local duty cycle (capped, no daemon
+// arbitrating), the only reader of a spell's wait for the GPU; spells start
+// with the tracker's start probe only then, since it costs a context lookup
+// and an event record at every spell start (every launch of a loop that
+// synchronises after each kernel).
+std::array<std::atomic<bool>, shm::kMaxGpus> g_local_duty{};
+
 [[gnu::always_inline]] inline std::uint64_t lease_word(const AllocationState& st,
                                                        unsigned gpu) noexcept {
   return st.limits->gpus[gpu].lease_expiry_ns.load(std::memory_order_relaxed);
@@ -254,6 +261,7 @@ void reset_gate_after_fork() noexcept {
   for (auto& e : g_local_expiry) e.store(0, std::memory_order_relaxed);
   for (auto& b : g_borrowing) b.store(false, std::memory_order_relaxed);
   for (auto& r : g_ready_spinner) r.store(false, std::memory_order_relaxed);
+  for (auto& d : g_local_duty) d.store(false, std::memory_order_relaxed);
   for (auto& b : g_slot_base) b.open_ns.store(0, std::memory_order_relaxed);
   gate::reset_trackers_after_fork();
   gate::reset_demand_after_fork();
@@ -281,6 +289,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   bool throttled = false;
   for (;;) {
     const GateSnapshot snap = read_snapshot(st, gpu, tr);
+    g_local_duty[gpu].store(snap.duty.capped, std::memory_order_relaxed);  // read only unarbitrated
     const GateAction action = gate::decide_gate(snap);
     if (action.step == GateStep::kGo) {
       g_local_expiry[gpu].store(action.ns != 0 ? snap.now + action.ns : 0,
@@ -374,7 +383,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     // processes' pollers publish drain marks with), so no other process of
     // the allocation can declare the queue drained past it. The gap since
     // the last spell is measured here too (idle time is not charged).
-    tr.begin_spell(stream, st.usage->gpus[gpu]);
+    tr.begin_spell(stream, st.usage->gpus[gpu], g_local_duty[gpu].load(std::memory_order_relaxed));
     t_gate.now = monotonic_ns();
   }
   return CUDA_SUCCESS;

@@ -261,7 +261,7 @@ CUevent GpuTracker::take_event_locked() noexcept {
   return ev;
 }
 
-void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
+void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept {
   const std::uint32_t epoch = mark_busy();
   std::lock_guard lock(mu_);
   // Before `to` is recorded: the GPU cannot reach it earlier.
@@ -292,7 +292,7 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept {
   gap_ = {.from = from,
           .to = to,
           .clip_ns = now > resumed ? now - resumed : 0,
-          .start = record_start_probe_locked(),
+          .start = probe_wait ? record_start_probe_locked() : nullptr,
           .begun_ns = begun,
           .from_lo_ns = from_lo};
 }

@@ -118,7 +118,9 @@ class GpuTracker {
   // one busy in the allocation, measures the gap since its previous spell on
   // the GPU's clock (a timing event here against the last event of that
   // spell). The gap is published in usage.idle_ns once both completed.
-  void begin_spell(CUstream stream, shm::GpuUsage& usage) noexcept;
+  // `probe_wait`: also measure the spell's wait for the GPU behind other
+  // contexts (the local duty cycle's idle time; spell_wait.hpp).
+  void begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
   // A launch that passed the gate failed: if nothing is in flight, leave the
   // busy count again (the enter marked it for the launch that did not happen).

@@ -3,6 +3,11 @@
 // and run, alternating rounds. Run under LD_PRELOAD=libcushare.so with a
 // cushared granting the lease (tests/bench/scheduler/run_bench.py does).
 // Prints one JSON line.
+//
+//   gate_bench [rounds] [launches per round] [sync every N launches]
+//
+// With a sync every launch each launch is the first of a spell (the queue
+// drained before it): the gate's spell-start bookkeeping is in the figure.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -26,11 +31,15 @@ void check(CUresult r, const char* what) {
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void**, void**);
 
-double ns_per_launch(LaunchFn launch, CUfunction f, CUstream s, int n) {
+double ns_per_launch(LaunchFn launch, CUfunction f, CUstream s, int n, int sync_every) {
   unsigned long long ns = 0;
   void* params[] = {&ns};
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) check(launch(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr), "launch");
+  for (int i = 0; i < n; ++i) {
+    check(launch(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr), "launch");
+    if (sync_every > 0 && (i + 1) % sync_every == 0)
+      check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  }
   const auto t1 = std::chrono::steady_clock::now();
   check(cuStreamSynchronize(s), "cuStreamSynchronize");
   return std::chrono::duration<double, std::nano>(t1 - t0).count() / n;
@@ -46,6 +55,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 300;
   const int per_round = argc > 2 ? std::atoi(argv[2]) : 2000;
+  const int sync_every = argc > 3 ? std::atoi(argv[3]) : 0;
   check(cuInit(0), "cuInit");
   CUdevice dev;
   check(cuDeviceGet(&dev, 0), "cuDeviceGet");
@@ -79,21 +89,22 @@ int main(int argc, char** argv) {
   // kernel time, get the lease and calibrate the gate's counter clock.
   const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   for (int i = 0; i < 3 || std::chrono::steady_clock::now() < warm_until; ++i) {
-    ns_per_launch(through_shim, spin, s, per_round);
-    ns_per_launch(direct, spin, s, per_round);
+    ns_per_launch(through_shim, spin, s, per_round, sync_every);
+    ns_per_launch(direct, spin, s, per_round, sync_every);
   }
   std::vector<double> shim_ns, direct_ns, diff;
   for (int r = 0; r < rounds; ++r) {
-    const double d = ns_per_launch(direct, spin, s, per_round);
-    const double w = ns_per_launch(through_shim, spin, s, per_round);
+    const double d = ns_per_launch(direct, spin, s, per_round, sync_every);
+    const double w = ns_per_launch(through_shim, spin, s, per_round, sync_every);
     direct_ns.push_back(d);
     shim_ns.push_back(w);
     diff.push_back(w - d);
   }
   std::printf(
-      "{\"shimmed\":%s,\"rounds\":%d,\"launches_per_round\":%d,\"direct_ns\":%.1f,"
+      "{\"shimmed\":%s,\"rounds\":%d,\"launches_per_round\":%d,\"sync_every\":%d,"
+      "\"direct_ns\":%.1f,"
       "\"shim_ns\":%.1f,\"added_ns_median\":%.1f,\"added_ns_min\":%.1f}\n",
-      shimmed ? "true" : "false", rounds, per_round, median(direct_ns), median(shim_ns),
+      shimmed ? "true" : "false", rounds, per_round, sync_every, median(direct_ns), median(shim_ns),
       median(diff), *std::min_element(diff.begin(), diff.end()));
   return 0;
 }

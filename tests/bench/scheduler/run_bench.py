@@ -5,6 +5,8 @@ docs/benchmarks.md.
   tests/bench/scheduler/run_bench.py --build-dir build [--window 10]
   tests/bench/scheduler/run_bench.py --build-dir build --gate-runs 5   (gate cost only,
       each run on the counter clock, on the clock_gettime fallback and without a daemon)
+  tests/bench/scheduler/run_bench.py --build-dir build --sync-runs 5   (the gate's cost when
+      every launch starts a spell: a sync after each, with and without a daemon)
   tests/bench/scheduler/run_bench.py --build-dir build --matrix [--window 10] [--shapes S ...]
       every workload shape (or those named) x policy, on an idle host and beside
       one CPU hog per core, judged by the acceptance's targets against the
@@ -48,10 +50,11 @@ TARGETS = {
 }
 
 
-def gate_bench(build, clock=None, shim=True, daemon=True):
+def gate_bench(build, clock=None, shim=True, daemon=True, sync_every=0):
     """One gate_bench run; clock="monotonic" puts the gate on its fallback clock;
     shim=False runs it without libcushare.so (the driver's launches in a plain process);
-    daemon=False runs the allocation without cushared (the gate's local go)."""
+    daemon=False runs the allocation without cushared (the gate's local go);
+    sync_every=N synchronises the stream after every N launches (fewer, shorter rounds)."""
     env = scenario.Env(build, 10, keep=False)
     try:
         if daemon:
@@ -65,7 +68,8 @@ def gate_bench(build, clock=None, shim=True, daemon=True):
                       "CUSHARE_COMPUTE_MODE": "burst"})
         if clock:
             e["CUSHARE_GATE_CLOCK"] = clock
-        r = subprocess.run(scenario.ct.priority_prefix() + [os.path.join(build, "bin", "gate_bench"), "300", "2000"],
+        r = subprocess.run(scenario.ct.priority_prefix() + [os.path.join(build, "bin", "gate_bench")] +
+                           (["100", "200", str(sync_every)] if sync_every else ["300", "2000"]),
                            env=e, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(r.stderr)
@@ -136,8 +140,17 @@ def main():
                     help="with --matrix: only these shapes' rows")
     ap.add_argument("--gate-runs", type=int, default=0,
                     help="only the gate cost: this many gate_bench runs, one JSON line each")
+    ap.add_argument("--sync-runs", type=int, default=0,
+                    help="only the gate cost with a sync after every launch: this many runs "
+                         "with and without a daemon, one JSON line each")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
+    if a.sync_runs:
+        for _ in range(a.sync_runs):
+            for daemon in (True, False):
+                res = gate_bench(build, daemon=daemon, sync_every=1)
+                print(json.dumps({"mode": "daemon" if daemon else "standalone", **res}), flush=True)
+        return 0
     if a.matrix:
         return matrix(build, a.window, a.shapes)
     if a.gate_runs:

@@ -10,8 +10,7 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
-#include "shim/gate/spell_wait.hpp"
-#include "shim/gate/tsc_clock.hpp"
+#include "shim/gate/unseen_idle.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
@@ -62,9 +61,7 @@ void GpuTracker::reset_after_fork() noexcept {
   free_events_ = {};
   ctx_ = nullptr;
   spell_end_ = nullptr;
-  spell_end_lo_ns_ = 0;
-  spell_start_ = {};
-  wait_floor_ns_ = 0;
+  period_open_ns_ = 0;
   probe_stream_ = nullptr;
   probe_ctx_ = nullptr;
   gap_ = {};
@@ -261,16 +258,18 @@ CUevent GpuTracker::take_event_locked() noexcept {
   return ev;
 }
 
-void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept {
+void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_start) noexcept {
   const std::uint32_t epoch = mark_busy();
   std::lock_guard lock(mu_);
   // Before `to` is recorded: the GPU cannot reach it earlier.
   const std::uint64_t begun = shm::monotonic_ns();
   const std::uint64_t since = std::exchange(idle_since_ns_, 0);
-  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since)
-    idle_total_ns_ += begun - since;
+  std::uint64_t seen_idle = 0;
+  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since) {
+    seen_idle = begun - since;
+    idle_total_ns_ += seen_idle;
+  }
   CUevent from = std::exchange(spell_end_, nullptr);
-  const std::uint64_t from_lo = std::exchange(spell_end_lo_ns_, 0);
   if (!from) return;
   // Only a gap in which no process of the allocation had work on the GPU
   // counts: this process left it idle, and is the next to make it busy.
@@ -292,9 +291,10 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_w
   gap_ = {.from = from,
           .to = to,
           .clip_ns = now > resumed ? now - resumed : 0,
-          .start = probe_wait ? record_start_probe_locked() : nullptr,
+          .start = probe_start ? record_start_probe_locked() : nullptr,
           .begun_ns = begun,
-          .from_lo_ns = from_lo};
+          .since_ns = since,
+          .seen_idle_ns = seen_idle};
 }
 
 // Only in the context the probe stream was made in (the first spell's): a
@@ -327,8 +327,8 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
 }
 
 // Publishes a measured gap once its events completed (the GPU reached the
-// first launch after it), and counts the spell's wait for the GPU as idle
-// time of the local duty cycle (spell_wait_locked). `completed`: the batch
+// first launch after it), and counts what the CPU did not see of it as idle
+// time of the local duty cycle (unseen_idle_locked). `completed`: the batch
 // event just completed.
 void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept {
   if (!gap_.from) return;
@@ -352,40 +352,47 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
   }
-  if (rc_start == CUDA_SUCCESS && ms_start >= 0) {
-    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6);
-    const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
-    if (done.begun_ns >= wait_floor_ns_ && !done.start_lagged)
-      idle_total_ns_ += spell_wait_locked(done, started);
-    const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
-    release_locked(old);
-  }
+  if (rc_start == CUDA_SUCCESS && ms_start > 0)
+    idle_total_ns_ +=
+        unseen_idle_locked(done, static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6));
   release_locked(done.from);
   release_locked(done.to);
-  release_locked(done.start);  // kept as the spell's start
+  release_locked(done.start);
 }
 
-// The wait counts only where nothing of the allocation can have run in it:
-// no other process is attached to the allocation (a sibling that ran while
-// this one waited leaves no other trace once it is idle again), and the
-// probe completed before every batch of the spell that completed before it
-// settled (it did not lag behind the spell's own work: settle_gap_locked).
-std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started) noexcept {
-  const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
-  if (wait == 0) return 0;
+// The unseen part counts only where nothing of the allocation can have run
+// in it, and only in the period whose figure is open: the CPU counted its
+// seen part (the allocation idle from when this process left it so until
+// this process began the next spell); the start probe completed before
+// every batch of the spell that completed before the gap settled (streams
+// run independently on hardware: a probe behind the spell's own work
+// measures that work); no other process is attached to the allocation (a
+// sibling that ran in the gap leaves no other trace once it is idle
+// again); the gap's earliest possible start (its seen start less all of
+// the unseen part) lies at or after the period's opening (idle time before
+// it was the previous period's).
+std::uint64_t GpuTracker::unseen_idle_locked(const GapProbe& done,
+                                             std::uint64_t gpu_gap_ns) const noexcept {
+  if (done.seen_idle_ns == 0 || done.start_lagged) return 0;
+  const std::uint64_t unseen = unseen_idle_ns(gpu_gap_ns, done.seen_idle_ns);
+  if (unseen == 0 || done.since_ns < period_open_ns_ + unseen) return 0;
+  return alone_in_allocation() ? unseen : 0;
+}
+
+bool alone_in_allocation() noexcept {
   const AllocationState* st = allocation_state();
-  if (!st || !st->slot) return 0;
+  if (!st || !st->slot) return false;
   for (std::uint32_t i = 0; i < shm::kMaxSlots; ++i) {
     if (i != st->slot_index && st->usage->slots[i].state.load(std::memory_order_acquire) !=
                                    static_cast<std::uint32_t>(shm::SlotState::kFree))
-      return 0;
+      return false;
   }
-  return wait;
+  return true;
 }
 
 void GpuTracker::release_locked(CUevent ev) noexcept {
   if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == gap_.start ||
-      ev == anchor_.event || ev == spell_start_.event)
+      ev == anchor_.event)
     return;
   free_events_.push_back(ev);
 }
@@ -527,25 +534,12 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
   publish_drained(idle ? now : done.last_submit_ns, usage);
   // Before the spell's end below: a spell of one batch ends at its start's
-  // settling, and its end's bound chains from that start.
+  // settling, and the gap before it must not stay open past that.
   settle_gap_locked(usage, ev);
   if (idle && left_idle_) {
-    float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
     idle_since_ns_ = now;
-    // The submission stamps come from the gate's counter clock, which may
-    // run up to tsc::kMaxAnchorErrorNs ahead of CLOCK_MONOTONIC unnoticed.
-    const std::uint64_t submitted = done.last_submit_ns > tsc::kMaxAnchorErrorNs
-                                        ? done.last_submit_ns - tsc::kMaxAnchorErrorNs
-                                        : 0;
-    spell_end_lo_ns_ = submitted;
-    if (spell_start_.event && real().cuEventElapsedTime_v2 &&
-        real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, ev) == CUDA_SUCCESS &&
-        ms_since_start >= 0)
-      spell_end_lo_ns_ = completed_no_earlier_than(
-          submitted, spell_start_.lo_ns,
-          static_cast<std::uint64_t>(static_cast<double>(ms_since_start) * 1e6));
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it
 }
@@ -553,7 +547,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
 std::uint64_t GpuTracker::idle_at_period_start_ns(std::uint64_t open) noexcept {
   {
     std::lock_guard lock(mu_);
-    wait_floor_ns_ = std::max(wait_floor_ns_, open);
+    period_open_ns_ = std::max(period_open_ns_, open);
   }
   return idle_until_ns(open);
 }

@@ -10,6 +10,7 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/tsc_clock.hpp"
 #include "shim/gate/unseen_idle.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
@@ -61,6 +62,7 @@ void GpuTracker::reset_after_fork() noexcept {
   free_events_ = {};
   ctx_ = nullptr;
   spell_end_ = nullptr;
+  spell_end_recorded_ns_ = 0;
   period_open_ns_ = 0;
   probe_stream_ = nullptr;
   probe_ctx_ = nullptr;
@@ -259,28 +261,31 @@ CUevent GpuTracker::take_event_locked() noexcept {
 }
 
 void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_start) noexcept {
-  const std::uint32_t epoch = mark_busy();
   std::lock_guard lock(mu_);
-  // Before `to` is recorded: the GPU cannot reach it earlier.
+  // The probes go before this process counts itself busy: until then every
+  // other thread of it that launches waits for this lock (busy() is false),
+  // so no launch of the spell precedes them on the GPU. `begun` before
+  // them: the GPU cannot reach them earlier.
   const std::uint64_t begun = shm::monotonic_ns();
+  CUevent from = std::exchange(spell_end_, nullptr);
+  const std::uint64_t from_recorded = std::exchange(spell_end_recorded_ns_, 0);
+  const bool measurable =
+      from && !gap_.from && real().cuEventElapsedTime_v2 && !stream_is_capturing(stream);
+  CUevent to = measurable ? record_event_locked(stream) : nullptr;
+  CUevent start = to && probe_start ? record_start_probe_locked() : nullptr;
+  const std::uint32_t epoch = mark_busy();
   const std::uint64_t since = std::exchange(idle_since_ns_, 0);
   std::uint64_t seen_idle = 0;
   if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since) {
     seen_idle = begun - since;
     idle_total_ns_ += seen_idle;
   }
-  CUevent from = std::exchange(spell_end_, nullptr);
-  if (!from) return;
   // Only a gap in which no process of the allocation had work on the GPU
   // counts: this process left it idle, and is the next to make it busy.
-  if (epoch == 0 || epoch != idle_epoch_ + 1 || gap_.from || !real().cuEventElapsedTime_v2 ||
-      stream_is_capturing(stream)) {
+  if (!to || epoch == 0 || epoch != idle_epoch_ + 1) {
     release_locked(from);
-    return;
-  }
-  CUevent to = record_event_locked(stream);
-  if (!to) {
-    release_locked(from);
+    release_locked(to);
+    release_locked(start);
     return;
   }
   // A lease is charged from its first launch (resumed_ns): a gap that began
@@ -291,8 +296,8 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_s
   gap_ = {.from = from,
           .to = to,
           .clip_ns = now > resumed ? now - resumed : 0,
-          .start = probe_start ? record_start_probe_locked() : nullptr,
-          .begun_ns = begun,
+          .start = start,
+          .from_recorded_ns = from_recorded,
           .since_ns = since,
           .seen_idle_ns = seen_idle};
 }
@@ -303,7 +308,7 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_s
 CUevent GpuTracker::record_start_probe_locked() noexcept {
   const RealDriver& r = real();
   CUcontext current = nullptr;
-  if (r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) return nullptr;
+  if (!r.cuCtxGetCurrent || r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) return nullptr;
   if (!probe_stream_) {
     if (r.cuStreamCreate(&probe_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
       probe_stream_ = nullptr;
@@ -317,7 +322,7 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
     // A stream the driver no longer knows belonged to a context that is
     // gone: the next spell makes one in the context current then. One it
     // knows is kept (the event was the problem), never leaked.
-    const CUresult q = r.cuStreamQuery(probe_stream_);
+    const CUresult q = r.cuStreamQuery ? r.cuStreamQuery(probe_stream_) : CUDA_SUCCESS;
     if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
       probe_stream_ = nullptr;
       probe_ctx_ = nullptr;
@@ -333,10 +338,12 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
 void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept {
   if (!gap_.from) return;
   if (gap_.start && !gap_.start_lagged) {
+    // Not lagged only where the GPU's clock says so: a batch in another
+    // context (an error here) may have run before the probe's context did.
     float after = 0;
     const CUresult q = completed ? real().cuEventElapsedTime_v2(&after, gap_.start, completed)
                                  : CUDA_ERROR_INVALID_HANDLE;
-    gap_.start_lagged = q == CUDA_ERROR_NOT_READY || (q == CUDA_SUCCESS && after < 0);
+    gap_.start_lagged = q != CUDA_SUCCESS || after < 0;
   }
   float ms = 0;
   const CUresult rc = real().cuEventElapsedTime_v2(&ms, gap_.from, gap_.to);
@@ -352,9 +359,15 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
   }
-  if (rc_start == CUDA_SUCCESS && ms_start > 0)
-    idle_total_ns_ +=
-        unseen_idle_locked(done, static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6));
+  if (rc_start == CUDA_SUCCESS && ms_start > 0) {
+    // The gap ended before now (the probe has completed) and began after
+    // `from` was recorded: the CPU's clock bounds it too.
+    const std::uint64_t now = shm::monotonic_ns();
+    const std::uint64_t cpu_bound =
+        done.from_recorded_ns != 0 && now > done.from_recorded_ns ? now - done.from_recorded_ns : 0;
+    idle_total_ns_ += unseen_idle_locked(
+        done, static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6), cpu_bound);
+  }
   release_locked(done.from);
   release_locked(done.to);
   release_locked(done.start);
@@ -371,10 +384,10 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
 // again); the gap's earliest possible start (its seen start less all of
 // the unseen part) lies at or after the period's opening (idle time before
 // it was the previous period's).
-std::uint64_t GpuTracker::unseen_idle_locked(const GapProbe& done,
-                                             std::uint64_t gpu_gap_ns) const noexcept {
+std::uint64_t GpuTracker::unseen_idle_locked(const GapProbe& done, std::uint64_t gpu_gap_ns,
+                                             std::uint64_t cpu_bound_ns) const noexcept {
   if (done.seen_idle_ns == 0 || done.start_lagged) return 0;
-  const std::uint64_t unseen = unseen_idle_ns(gpu_gap_ns, done.seen_idle_ns);
+  const std::uint64_t unseen = unseen_idle_ns(gpu_gap_ns, done.seen_idle_ns, cpu_bound_ns);
   if (unseen == 0 || done.since_ns < period_open_ns_ + unseen) return 0;
   return alone_in_allocation() ? unseen : 0;
 }
@@ -540,6 +553,12 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
     idle_since_ns_ = now;
+    // Recorded after the batch's last submission, whose stamp comes from
+    // the gate's counter clock: up to tsc::kMaxAnchorErrorNs ahead of
+    // CLOCK_MONOTONIC unnoticed.
+    spell_end_recorded_ns_ = done.last_submit_ns > tsc::kMaxAnchorErrorNs
+                                 ? done.last_submit_ns - tsc::kMaxAnchorErrorNs
+                                 : 0;
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it
 }

@@ -156,8 +156,8 @@ class GpuTracker {
   // the local duty cycle then stops early rather than late.
   std::uint64_t idle_until_ns(std::uint64_t t) noexcept;
   // The same at `open`, the start of a duty-cycle period, taken once in it:
-  // the unseen parts of gaps that began before it (unseen_idle.hpp) settle
-  // later, into the next figure, so they are no longer counted.
+  // the unseen parts of gaps that began before it (unseen_idle.hpp) would
+  // settle into this period's figure, so they are dropped from then on.
   std::uint64_t idle_at_period_start_ns(std::uint64_t open) noexcept;
 
   // Fork child: forget the parent's events and thread.
@@ -227,9 +227,9 @@ class GpuTracker {
     // A batch of the spell completed before `start` did (streams run
     // independently): the gap's unseen part is not measured.
     bool start_lagged = false;
-    std::uint64_t begun_ns = 0;  // the spell began then (before `start` was recorded)
+    std::uint64_t from_recorded_ns = 0;  // `from` was recorded no earlier (0: unknown)
     // The gap's part idle_total_ns_ counts already: from when the tracker
-    // saw `from` complete (since_ns) to begun_ns.
+    // saw `from` complete (since_ns) to when the spell began.
     std::uint64_t since_ns = 0;
     std::uint64_t seen_idle_ns = 0;
   };
@@ -237,17 +237,19 @@ class GpuTracker {
   // GapProbe::start (created at the first spell; null: none, or the context
   // it was made in is gone). Under mu_.
   CUstream probe_stream_ = nullptr;
-  CUcontext probe_ctx_ = nullptr;     // the context probe_stream_ belongs to
-  CUevent spell_end_ = nullptr;       // last event of the last spell that left the allocation idle
-  std::uint64_t period_open_ns_ = 0;  // idle_at_period_start_ns()
-  std::uint32_t idle_epoch_ = 0;      // usage.busy_epoch then
+  CUcontext probe_ctx_ = nullptr;  // the context probe_stream_ belongs to
+  CUevent spell_end_ = nullptr;    // last event of the last spell that left the allocation idle
+  std::uint64_t spell_end_recorded_ns_ = 0;  // it was recorded no earlier (0: unknown)
+  std::uint64_t period_open_ns_ = 0;         // idle_at_period_start_ns()
+  std::uint32_t idle_epoch_ = 0;             // usage.busy_epoch then
   // idle_until_ns(): the gaps that ended, and when the one in progress began
   // (0: none of ours). Under mu_.
   std::uint64_t idle_total_ns_ = 0;
   std::uint64_t idle_since_ns_ = 0;
   bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
-  std::uint64_t unseen_idle_locked(const GapProbe& done, std::uint64_t gpu_gap_ns) const noexcept;
+  std::uint64_t unseen_idle_locked(const GapProbe& done, std::uint64_t gpu_gap_ns,
+                                   std::uint64_t cpu_bound_ns) const noexcept;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.
   static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;

@@ -10,16 +10,20 @@
 //
 // The GPU's clock measures the whole gap: from the spell's last event to an
 // event recorded before the next spell's first launch, which completes when
-// the allocation's context reaches the GPU. The CPU saw a part of it: from
-// when it saw the spell end (no earlier than the GPU ended it) to when the
-// next spell began (no later than the GPU reached it). What the GPU
-// measured beyond that part was idle time too. Durations only, so no
+// the allocation's context reaches the GPU. The CPU counted a part of it:
+// from when it saw the spell end to when the next spell began (no later
+// than the GPU reached it). What the GPU measured beyond that part was idle
+// time too, so the gap counts whole, never less than the CPU's part (which
+// may begin a little early: the tracker dates a completion through a chain
+// of GPU timestamps that does not allow for drift). Durations only, so no
 // mapping between the two clocks: the GPU's span gives up kClockDriftPpm of
 // itself for the drift between them (NTP slews CLOCK_MONOTONIC by at most
 // 500 ppm; the GPU's crystal adds its own) and kTimestampSlackNs for its
-// timestamps' resolution, and a span past kGapSpanNs says nothing.
+// timestamps' resolution, a span past kGapSpanNs says nothing, and the
+// CPU's clock bounds it from above as well.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace cushare::shim::gate {
@@ -32,12 +36,16 @@ inline constexpr std::uint64_t kTimestampSlackNs = 2'000;
 
 // The GPU's clock measured `gpu_gap_ns` between a spell's end and the next
 // spell's start; the CPU's clock counted `seen_idle_ns` of that gap as
-// idle. Returns the idle time left to count, never more than there was.
-inline std::uint64_t unseen_idle_ns(std::uint64_t gpu_gap_ns, std::uint64_t seen_idle_ns) noexcept {
+// idle; `cpu_bound_ns` is the longest the gap can have been on the CPU's
+// clock (from when the spell's last event was recorded to when the next
+// spell's probe was seen complete), which a misdated timestamp cannot
+// stretch. Returns the idle time left to count, never more than there was.
+inline std::uint64_t unseen_idle_ns(std::uint64_t gpu_gap_ns, std::uint64_t seen_idle_ns,
+                                    std::uint64_t cpu_bound_ns) noexcept {
   if (gpu_gap_ns > kGapSpanNs) return 0;
   const std::uint64_t slack = gpu_gap_ns * kClockDriftPpm / 1'000'000 + kTimestampSlackNs;
   if (gpu_gap_ns <= slack) return 0;
-  const std::uint64_t gap = gpu_gap_ns - slack;
+  const std::uint64_t gap = std::min(gpu_gap_ns - slack, cpu_bound_ns);
   return gap > seen_idle_ns ? gap - seen_idle_ns : 0;
 }
 

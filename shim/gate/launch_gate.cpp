@@ -72,9 +72,8 @@ std::array<std::atomic<bool>, shm::kMaxGpus> g_borrowing{};
 std::array<std::atomic<bool>, shm::kMaxGpus> g_ready_spinner{};
 
 // Per GPU: the last decision ran the local duty cycle (capped, no daemon
-// arbitrating), the only reader of the idle time the CPU does not see
-// between spells; spells start with the tracker's start probe (which
-// measures it) only then, since it costs a context lookup
+// arbitrating), the only reader of a spell's wait for the GPU; spells start
+// with the tracker's start probe only then, since it costs a context lookup
 // and an event record at every spell start (every launch of a loop that
 // synchronises after each kernel).
 std::array<std::atomic<bool>, shm::kMaxGpus> g_local_duty{};
@@ -111,8 +110,8 @@ struct SlotBase {
 std::array<SlotBase, shm::kMaxGpus> g_slot_base{};
 
 // The allocation's busy time since its slot opened at `open`: the time
-// since, less the idle time the tracker saw in it (its idle gaps, as the
-// GPU's clock measured them where it could: unseen_idle.hpp).
+// since, less the idle time the tracker saw in it (its idle gaps, and its
+// spells' waits for the GPU while another context ran: spell_wait.hpp).
 std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
                          std::uint64_t now) noexcept {
   SlotBase& b = g_slot_base[gpu];

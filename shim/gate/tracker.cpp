@@ -10,8 +10,8 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/spell_wait.hpp"
 #include "shim/gate/tsc_clock.hpp"
-#include "shim/gate/unseen_idle.hpp"
 #include "shim/process/allocation_state.hpp"
 #include "shm/clock.hpp"
 #include "shm/futex.hpp"
@@ -62,8 +62,9 @@ void GpuTracker::reset_after_fork() noexcept {
   free_events_ = {};
   ctx_ = nullptr;
   spell_end_ = nullptr;
-  spell_end_recorded_ns_ = 0;
-  period_open_ns_ = 0;
+  spell_end_lo_ns_ = 0;
+  spell_start_ = {};
+  wait_floor_ns_ = 0;
   probe_stream_ = nullptr;
   probe_ctx_ = nullptr;
   gap_ = {};
@@ -260,32 +261,27 @@ CUevent GpuTracker::take_event_locked() noexcept {
   return ev;
 }
 
-void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_start) noexcept {
-  std::lock_guard lock(mu_);
-  // The probes go before this process counts itself busy: until then every
-  // other thread of it that launches waits for this lock (busy() is false),
-  // so no launch of the spell precedes them on the GPU. `begun` before
-  // them: the GPU cannot reach them earlier.
-  const std::uint64_t begun = shm::monotonic_ns();
-  CUevent from = std::exchange(spell_end_, nullptr);
-  const std::uint64_t from_recorded = std::exchange(spell_end_recorded_ns_, 0);
-  const bool measurable =
-      from && !gap_.from && real().cuEventElapsedTime_v2 && !stream_is_capturing(stream);
-  CUevent to = measurable ? record_event_locked(stream) : nullptr;
-  CUevent start = to && probe_start ? record_start_probe_locked() : nullptr;
+void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept {
   const std::uint32_t epoch = mark_busy();
+  std::lock_guard lock(mu_);
+  // Before `to` is recorded: the GPU cannot reach it earlier.
+  const std::uint64_t begun = shm::monotonic_ns();
   const std::uint64_t since = std::exchange(idle_since_ns_, 0);
-  std::uint64_t seen_idle = 0;
-  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since) {
-    seen_idle = begun - since;
-    idle_total_ns_ += seen_idle;
-  }
+  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since)
+    idle_total_ns_ += begun - since;
+  CUevent from = std::exchange(spell_end_, nullptr);
+  const std::uint64_t from_lo = std::exchange(spell_end_lo_ns_, 0);
+  if (!from) return;
   // Only a gap in which no process of the allocation had work on the GPU
   // counts: this process left it idle, and is the next to make it busy.
-  if (!to || epoch == 0 || epoch != idle_epoch_ + 1) {
+  if (epoch == 0 || epoch != idle_epoch_ + 1 || gap_.from || !real().cuEventElapsedTime_v2 ||
+      stream_is_capturing(stream)) {
     release_locked(from);
-    release_locked(to);
-    release_locked(start);
+    return;
+  }
+  CUevent to = record_event_locked(stream);
+  if (!to) {
+    release_locked(from);
     return;
   }
   // A lease is charged from its first launch (resumed_ns): a gap that began
@@ -296,10 +292,9 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_s
   gap_ = {.from = from,
           .to = to,
           .clip_ns = now > resumed ? now - resumed : 0,
-          .start = start,
-          .from_recorded_ns = from_recorded,
-          .since_ns = since,
-          .seen_idle_ns = seen_idle};
+          .start = probe_wait ? record_start_probe_locked() : nullptr,
+          .begun_ns = begun,
+          .from_lo_ns = from_lo};
 }
 
 // Only in the context the probe stream was made in (the first spell's): a
@@ -308,7 +303,7 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_s
 CUevent GpuTracker::record_start_probe_locked() noexcept {
   const RealDriver& r = real();
   CUcontext current = nullptr;
-  if (!r.cuCtxGetCurrent || r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) return nullptr;
+  if (r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) return nullptr;
   if (!probe_stream_) {
     if (r.cuStreamCreate(&probe_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
       probe_stream_ = nullptr;
@@ -322,7 +317,7 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
     // A stream the driver no longer knows belonged to a context that is
     // gone: the next spell makes one in the context current then. One it
     // knows is kept (the event was the problem), never leaked.
-    const CUresult q = r.cuStreamQuery ? r.cuStreamQuery(probe_stream_) : CUDA_SUCCESS;
+    const CUresult q = r.cuStreamQuery(probe_stream_);
     if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
       probe_stream_ = nullptr;
       probe_ctx_ = nullptr;
@@ -332,17 +327,17 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
 }
 
 // Publishes a measured gap once its events completed (the GPU reached the
-// first launch after it), and counts what the CPU did not see of it as idle
-// time of the local duty cycle (unseen_idle_locked). `completed`: the batch
+// first launch after it), and counts the spell's wait for the GPU as idle
+// time of the local duty cycle (spell_wait_locked). `completed`: the batch
 // event just completed.
 void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept {
   if (!gap_.from) return;
   if (gap_.start && !gap_.start_lagged) {
-    // Not lagged only where the GPU's clock says so: a batch in another
-    // context (an error here) may have run before the probe's context did.
     float after = 0;
     const CUresult q = completed ? real().cuEventElapsedTime_v2(&after, gap_.start, completed)
                                  : CUDA_ERROR_INVALID_HANDLE;
+    // Not lagged only where the GPU's clock says so: a batch in another
+    // context (an error here) may have run before the probe's context did.
     gap_.start_lagged = q != CUDA_SUCCESS || after < 0;
   }
   float ms = 0;
@@ -359,53 +354,40 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
     const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     usage.idle_ns.fetch_add(std::min(gap, done.clip_ns), std::memory_order_relaxed);
   }
-  if (rc_start == CUDA_SUCCESS && ms_start > 0) {
-    // The gap ended before now (the probe has completed) and began after
-    // `from` was recorded: the CPU's clock bounds it too.
-    const std::uint64_t now = shm::monotonic_ns();
-    const std::uint64_t cpu_bound =
-        done.from_recorded_ns != 0 && now > done.from_recorded_ns ? now - done.from_recorded_ns : 0;
-    idle_total_ns_ += unseen_idle_locked(
-        done, static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6), cpu_bound);
+  if (rc_start == CUDA_SUCCESS && ms_start >= 0) {
+    const auto gap = static_cast<std::uint64_t>(static_cast<double>(ms_start) * 1e6);
+    const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
+    if (done.begun_ns >= wait_floor_ns_ && !done.start_lagged)
+      idle_total_ns_ += spell_wait_locked(done, started);
+    const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
+    release_locked(old);
   }
   release_locked(done.from);
   release_locked(done.to);
-  release_locked(done.start);
+  release_locked(done.start);  // kept as the spell's start
 }
 
-// The unseen part counts only where nothing of the allocation can have run
-// in it, and only in the period whose figure is open: the CPU counted its
-// seen part (the allocation idle from when this process left it so until
-// this process began the next spell); the start probe completed before
-// every batch of the spell that completed before the gap settled (streams
-// run independently on hardware: a probe behind the spell's own work
-// measures that work); no other process is attached to the allocation (a
-// sibling that ran in the gap leaves no other trace once it is idle
-// again); the gap's earliest possible start (its seen start less all of
-// the unseen part) lies at or after the period's opening (idle time before
-// it was the previous period's).
-std::uint64_t GpuTracker::unseen_idle_locked(const GapProbe& done, std::uint64_t gpu_gap_ns,
-                                             std::uint64_t cpu_bound_ns) const noexcept {
-  if (done.seen_idle_ns == 0 || done.start_lagged) return 0;
-  const std::uint64_t unseen = unseen_idle_ns(gpu_gap_ns, done.seen_idle_ns, cpu_bound_ns);
-  if (unseen == 0 || done.since_ns < period_open_ns_ + unseen) return 0;
-  return alone_in_allocation() ? unseen : 0;
-}
-
-bool alone_in_allocation() noexcept {
+// The wait counts only where nothing of the allocation can have run in it:
+// no other process is attached to the allocation (a sibling that ran while
+// this one waited leaves no other trace once it is idle again), and the
+// probe completed before every batch of the spell that completed before it
+// settled (it did not lag behind the spell's own work: settle_gap_locked).
+std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started) noexcept {
+  const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
+  if (wait == 0) return 0;
   const AllocationState* st = allocation_state();
-  if (!st || !st->slot) return false;
+  if (!st || !st->slot) return 0;
   for (std::uint32_t i = 0; i < shm::kMaxSlots; ++i) {
     if (i != st->slot_index && st->usage->slots[i].state.load(std::memory_order_acquire) !=
                                    static_cast<std::uint32_t>(shm::SlotState::kFree))
-      return false;
+      return 0;
   }
-  return true;
+  return wait;
 }
 
 void GpuTracker::release_locked(CUevent ev) noexcept {
   if (!ev || ev == spell_end_ || ev == gap_.from || ev == gap_.to || ev == gap_.start ||
-      ev == anchor_.event)
+      ev == anchor_.event || ev == spell_start_.event)
     return;
   free_events_.push_back(ev);
 }
@@ -547,18 +529,25 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   const bool idle = batches_.empty() && !has_tail() && settle_idle_locked();
   publish_drained(idle ? now : done.last_submit_ns, usage);
   // Before the spell's end below: a spell of one batch ends at its start's
-  // settling, and the gap before it must not stay open past that.
+  // settling, and its end's bound chains from that start.
   settle_gap_locked(usage, ev);
   if (idle && left_idle_) {
+    float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.
     release_locked(std::exchange(spell_end_, ev));
     idle_since_ns_ = now;
-    // Recorded after the batch's last submission, whose stamp comes from
-    // the gate's counter clock: up to tsc::kMaxAnchorErrorNs ahead of
-    // CLOCK_MONOTONIC unnoticed.
-    spell_end_recorded_ns_ = done.last_submit_ns > tsc::kMaxAnchorErrorNs
-                                 ? done.last_submit_ns - tsc::kMaxAnchorErrorNs
-                                 : 0;
+    // The submission stamps come from the gate's counter clock, which may
+    // run up to tsc::kMaxAnchorErrorNs ahead of CLOCK_MONOTONIC unnoticed.
+    const std::uint64_t submitted = done.last_submit_ns > tsc::kMaxAnchorErrorNs
+                                        ? done.last_submit_ns - tsc::kMaxAnchorErrorNs
+                                        : 0;
+    spell_end_lo_ns_ = submitted;
+    if (spell_start_.event && real().cuEventElapsedTime_v2 &&
+        real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, ev) == CUDA_SUCCESS &&
+        ms_since_start >= 0)
+      spell_end_lo_ns_ = completed_no_earlier_than(
+          submitted, spell_start_.lo_ns,
+          static_cast<std::uint64_t>(static_cast<double>(ms_since_start) * 1e6));
   }
   release_locked(ev);  // kept while a role above (or the anchor) holds it
 }
@@ -566,7 +555,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
 std::uint64_t GpuTracker::idle_at_period_start_ns(std::uint64_t open) noexcept {
   {
     std::lock_guard lock(mu_);
-    period_open_ns_ = std::max(period_open_ns_, open);
+    wait_floor_ns_ = std::max(wait_floor_ns_, open);
   }
   return idle_until_ns(open);
 }

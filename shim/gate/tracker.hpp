@@ -118,10 +118,9 @@ class GpuTracker {
   // one busy in the allocation, measures the gap since its previous spell on
   // the GPU's clock (a timing event here against the last event of that
   // spell). The gap is published in usage.idle_ns once both completed.
-  // `probe_start`: also record when the context reaches the GPU, so that
-  // the gap the CPU did not see counts as idle time (the local duty cycle's;
-  // unseen_idle.hpp).
-  void begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_start) noexcept;
+  // `probe_wait`: also measure the spell's wait for the GPU behind other
+  // contexts (the local duty cycle's idle time; spell_wait.hpp).
+  void begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
   // A launch that passed the gate failed: if nothing is in flight, leave the
   // busy count again (the enter marked it for the launch that did not happen).
@@ -156,8 +155,8 @@ class GpuTracker {
   // the local duty cycle then stops early rather than late.
   std::uint64_t idle_until_ns(std::uint64_t t) noexcept;
   // The same at `open`, the start of a duty-cycle period, taken once in it:
-  // the unseen parts of gaps that began before it (unseen_idle.hpp) would
-  // settle into this period's figure, so they are dropped from then on.
+  // the waits of spells that began before it (spell_wait.hpp) settle later,
+  // into the next figure, so they are no longer counted.
   std::uint64_t idle_at_period_start_ns(std::uint64_t open) noexcept;
 
   // Fork child: forget the parent's events and thread.
@@ -225,31 +224,34 @@ class GpuTracker {
     // context reaches the GPU, whatever the application's streams hold.
     CUevent start = nullptr;
     // A batch of the spell completed before `start` did (streams run
-    // independently): the gap's unseen part is not measured.
+    // independently): its wait is not measured.
     bool start_lagged = false;
-    std::uint64_t from_recorded_ns = 0;  // `from` was recorded no earlier (0: unknown)
-    // The gap's part idle_total_ns_ counts already: from when the tracker
-    // saw `from` complete (since_ns) to when the spell began.
-    std::uint64_t since_ns = 0;
-    std::uint64_t seen_idle_ns = 0;
+    std::uint64_t begun_ns = 0;    // the spell began then (before `start` was recorded)
+    std::uint64_t from_lo_ns = 0;  // `from` completed no earlier (0: unknown)
   };
   // The tracker's own non-blocking stream in the context it tracks, for
   // GapProbe::start (created at the first spell; null: none, or the context
   // it was made in is gone). Under mu_.
   CUstream probe_stream_ = nullptr;
-  CUcontext probe_ctx_ = nullptr;  // the context probe_stream_ belongs to
-  CUevent spell_end_ = nullptr;    // last event of the last spell that left the allocation idle
-  std::uint64_t spell_end_recorded_ns_ = 0;  // it was recorded no earlier (0: unknown)
-  std::uint64_t period_open_ns_ = 0;         // idle_at_period_start_ns()
-  std::uint32_t idle_epoch_ = 0;             // usage.busy_epoch then
+  CUcontext probe_ctx_ = nullptr;      // the context probe_stream_ belongs to
+  CUevent spell_end_ = nullptr;        // last event of the last spell that left the allocation idle
+  std::uint64_t spell_end_lo_ns_ = 0;  // it completed no earlier (0: unknown)
+  // The last measured spell's start: its `to` event and when that
+  // completed at the earliest (spell_wait.hpp), the chain's link to the
+  // spell's end.
+  struct SpellStart {
+    CUevent event = nullptr;
+    std::uint64_t lo_ns = 0;
+  } spell_start_;
+  std::uint64_t wait_floor_ns_ = 0;  // idle_at_period_start_ns()
+  std::uint32_t idle_epoch_ = 0;     // usage.busy_epoch then
   // idle_until_ns(): the gaps that ended, and when the one in progress began
   // (0: none of ours). Under mu_.
   std::uint64_t idle_total_ns_ = 0;
   std::uint64_t idle_since_ns_ = 0;
   bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
-  std::uint64_t unseen_idle_locked(const GapProbe& done, std::uint64_t gpu_gap_ns,
-                                   std::uint64_t cpu_bound_ns) const noexcept;
+  std::uint64_t spell_wait_locked(const GapProbe& done, std::uint64_t started_ns) noexcept;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.
   static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;
@@ -274,9 +276,6 @@ inline GpuTracker& tracker(unsigned gpu) noexcept {
   return (*t)[gpu % shm::kMaxGpus];
 }
 void reset_trackers_after_fork() noexcept;
-// Whether no other process is attached to this process's allocation: its
-// trackers then see all of the allocation's work.
-bool alone_in_allocation() noexcept;
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
 // Around the application's cuCtxSynchronize (stream null, whole context) or

@@ -623,9 +623,20 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     rc = real().cuEventSynchronize(ev);
   }
   std::lock_guard lock(mu_);
-  if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) {
-    complete_front_locked(ev, shm::monotonic_ns(), usage);
-  }
+  if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) complete_waited_front_locked(ev, usage);
+}
+
+// After a wait for `ev` outside the lock: the batch it ended may have been
+// completed by another thread meanwhile, and its handle recycled through
+// the pool and recorded again, for a later batch now at the front. The
+// handle alone would complete that batch while its work still runs (seen:
+// every completion of a sync-every-kernel loop dated up to a kernel early
+// for a second, a lone cap of 50 at 58-67 %). So the event must also be
+// complete now; a driver error (its context gone) completes it as before.
+void GpuTracker::complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept {
+  if (batches_.empty() || batches_.front().event != ev) return;
+  if (real().cuEventQuery(ev) == CUDA_ERROR_NOT_READY) return;
+  complete_front_locked(ev, shm::monotonic_ns(), usage);
 }
 
 void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
@@ -653,7 +664,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
       }
       std::lock_guard lock(mu_);
-      complete_front_locked(ev, shm::monotonic_ns(), *usage);
+      complete_waited_front_locked(ev, *usage);
       (void)rc;
       continue;
     }

@@ -176,6 +176,7 @@ class GpuTracker {
   void ensure_poller(shm::GpuUsage& usage) noexcept;
   void poll_loop(shm::GpuUsage* usage) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
+  void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
   bool settle_idle_locked() noexcept;
   void settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept;

@@ -430,6 +430,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       g.busy = std::move(b->busy_ns);
       g.busy_stretch = {.from_ns = b->from_ns, .to_ns = b->to_ns};
       g.busy_ok = true;
+      g.busy_tiles = b->samples_tile;
     }
     gpus.push_back(std::move(g));
   }
@@ -447,6 +448,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       // The stretch each GPU's figures cover (a '*' entry takes several).
       std::map<std::string, Stretch> busy_stretch;
       bool memory_known = false, busy_known = false;
+      bool busy_tiles = true;  // every GPU's samples tile time
       std::vector<ProcessUse> memory_users, busy_users;
       std::map<unsigned, std::uint64_t> slot_memory;  // slot -> NVML bytes
     };
@@ -458,6 +460,7 @@ void Daemon::ground_truth(std::uint64_t now) {
       entry.memory_known = entry.memory_known || gpu.memory_ok;
       entry.busy_known = entry.busy_known || gpu.busy_ok;
       if (gpu.busy_ok) entry.busy_stretch[gpu.uuid] = gpu.busy_stretch;
+      entry.busy_tiles = entry.busy_tiles && (!gpu.busy_ok || gpu.busy_tiles);
       for (const auto& [slot, p] : st.processes.verified()) {
         auto m = gpu.memory.find(p.host_pid);
         auto b = gpu.busy.find(p.host_pid);
@@ -544,7 +547,10 @@ void Daemon::ground_truth(std::uint64_t now) {
       const double scale = capped ? ref->lease_busy.scale() : 1.0;
       const BusyBalance::Verdict v = ref->busy.observe(entry.busy, charged, window, scale);
       if (v.charge_ns > 0 && sched.has_tenant(ref->id)) sched.charge_unleased(ref->id, v.charge_ns);
-      ref->lease_busy.observe(entry.busy, charged, window);
+      // GPU time NVML reads low would raise a cap: only samples seen to
+      // tile time may (an H100 read every 500 ms showed 40 % of the GPU time
+      // that ran, and two caps then ran at 1.25 times).
+      if (entry.busy_tiles) ref->lease_busy.observe(entry.busy, charged, window);
       if (capped && sched.has_tenant(ref->id))
         sched.set_busy_scale(ref->id, ref->lease_busy.scale());
       spdlog::debug(
@@ -786,6 +792,10 @@ void Daemon::tick(std::uint64_t now, bool events_may_wait) {
   if (now >= next_nvml_ns_) {
     ground_truth(now);
     next_nvml_ns_ = now + config_.nvml_interval_ns;
+    next_nvml_collect_ns_ = now + config_.nvml_collect_interval_ns;
+  } else if (now >= next_nvml_collect_ns_) {
+    for (const auto& gpu : gpus_) nvml_.collect(gpu.uuid);
+    next_nvml_collect_ns_ = now + config_.nvml_collect_interval_ns;
   }
   if (now >= next_figures_ns_) {
     publish_figures(now);

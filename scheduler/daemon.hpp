@@ -39,6 +39,9 @@ struct DaemonConfig {
   std::uint64_t housekeeping_interval_ns = 100'000'000;  // host PIDs, reclaim
   // Ground truth (NVML per-process memory and utilisation) is read this often.
   std::uint64_t nvml_interval_ns = 500'000'000;
+  // Between those readings, the processes' utilisation samples are gathered
+  // this often (a driver returns only each process's latest).
+  std::uint64_t nvml_collect_interval_ns = kNvmlCollectIntervalNs;
   std::string proc_root = "/proc";
   // What happens to an allocation above its memory quota by ground truth for
   // longer than the grace, or running kernels without leases: its youngest
@@ -112,6 +115,7 @@ class Daemon {
     std::map<std::uint32_t, std::uint64_t> memory, busy;  // host PID -> bytes / ns
     Stretch busy_stretch;                                 // what `busy` covers
     bool memory_ok = false, busy_ok = false;
+    bool busy_tiles = false;  // NvmlReader::ProcessBusy::samples_tile
   };
   std::map<std::string, std::vector<VerifiedProcess>> unslotted_processes(
       const std::vector<GpuProcesses>& gpus);
@@ -154,6 +158,7 @@ class Daemon {
   TenantId next_tenant_id_ = 1;
   std::uint64_t next_housekeeping_ns_ = 0;
   std::uint64_t next_nvml_ns_ = 0;
+  std::uint64_t next_nvml_collect_ns_ = 0;
   std::uint64_t next_figures_ns_ = 0;
   // Metrics labels: each GPU's NVML index (learnt with ground truth) and each
   // allocation's pod (re-read every second from the plugin's files).

@@ -11,6 +11,11 @@ unsigned long long SampleHistory::longest_period_us() const {
   return std::min(longest, kMaxPeriodUs);
 }
 
+bool SampleHistory::samples_tile() const {
+  return device_period_us != 0 && process_period_us != 0 &&
+         process_period_us * 2 < device_period_us * 3;
+}
+
 void learn_device_period(std::span<const unsigned long long> stamps_us, SampleHistory& history) {
   std::vector<unsigned long long> fresh;
   for (const auto stamp : stamps_us)

@@ -3,9 +3,10 @@
 // nvmlDeviceGetProcessUtilization returned.
 //
 // What a sample stands for is not documented. A sample is a process's
-// utilisation over a sampling period ending at its stamp. Several samples of
-// a process may arrive in one reading (one per period), or a single one, and
-// a period the process spent idle may have no sample at all. So a sample is
+// utilisation over a sampling period ending at its stamp. A driver returns
+// only each process's latest sample (an H100 did, one per process per call),
+// so the reader gathers them several times a period (NvmlReader::collect);
+// a period the process spent idle has no sample at all. So a sample is
 // read as standing for the time since that process's previous sample, but
 // never for more than the GPU's sampling period. That period is learned from
 // the device's own utilisation samples (nvmlDeviceGetSamples), which come
@@ -52,6 +53,11 @@ struct SampleHistory {
 
   // The longest a process's sample stands for.
   unsigned long long longest_period_us() const;
+  // Whether two samples of one process were seen one device period apart:
+  // the reader then sees every period's sample. A reader that misses periods
+  // (asking less often than once a period) never sees two samples of one
+  // process closer than two periods, and reads GPU time low.
+  bool samples_tile() const;
 };
 
 // Learns the device's sampling period from the stamps of its utilisation

@@ -98,42 +98,67 @@ std::vector<std::string> NvmlReader::gpu_uuids() {
   return out;
 }
 
-std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::string& uuid) {
-  if (!init_ok_ || !get_process_utilization_) return std::nullopt;
-  Device dev = nullptr;
-  if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
-  const ClockPair clocks{.monotonic_ns = shm::monotonic_ns(), .wall_us = wall_us()};
-  auto seen = last_seen_us_.find(uuid);
-  if (seen == last_seen_us_.end()) {
-    last_seen_us_[uuid] = clocks.wall_us;
-    return ProcessBusy{.from_ns = clocks.monotonic_ns, .to_ns = clocks.monotonic_ns};
-  }
-  SampleHistory& history = histories_[uuid];
-  learn_sampling_period(dev, history);
+int NvmlReader::read_process_samples(Device dev, unsigned long long seen_us,
+                                     std::vector<nvml::ProcessUtilizationSample>& out) {
   std::vector<nvml::ProcessUtilizationSample> samples(64);
   unsigned int count = 0;
   int rc = kErrorInsufficientSize;
   for (int attempt = 0; attempt < 4 && rc == kErrorInsufficientSize; ++attempt) {
     count = static_cast<unsigned int>(samples.size());
-    rc = get_process_utilization_(dev, samples.data(), &count, seen->second);
+    rc = get_process_utilization_(dev, samples.data(), &count, seen_us);
     if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
-  if (rc == kErrorNotFound) {  // nothing ran in the periods that are over
+  if (rc != kSuccess) return rc;
+  samples.resize(std::min<std::size_t>(count, samples.size()));
+  for (const auto& s : samples) {
+    const bool held = std::ranges::any_of(
+        out, [&](const auto& o) { return o.pid == s.pid && o.timeStamp == s.timeStamp; });
+    if (!held && out.size() < kMaxPending) out.push_back(s);
+  }
+  return rc;
+}
+
+void NvmlReader::collect(const std::string& uuid) {
+  if (!init_ok_ || !get_process_utilization_) return;
+  auto g = sampling_.find(uuid);
+  if (g == sampling_.end()) return;
+  Device dev = nullptr;
+  if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return;
+  read_process_samples(dev, g->second.seen_us, g->second.pending);
+}
+
+std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::string& uuid) {
+  if (!init_ok_ || !get_process_utilization_) return std::nullopt;
+  Device dev = nullptr;
+  if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
+  const ClockPair clocks{.monotonic_ns = shm::monotonic_ns(), .wall_us = wall_us()};
+  auto found = sampling_.find(uuid);
+  if (found == sampling_.end()) {
+    sampling_[uuid].seen_us = clocks.wall_us;
+    return ProcessBusy{.from_ns = clocks.monotonic_ns, .to_ns = clocks.monotonic_ns};
+  }
+  GpuSampling& g = found->second;
+  learn_sampling_period(dev, g.history);
+  std::vector<nvml::ProcessUtilizationSample> samples = std::move(g.pending);
+  g.pending.clear();
+  const int rc = read_process_samples(dev, g.seen_us, samples);
+  if (rc != kSuccess && rc != kErrorNotFound && samples.empty()) return std::nullopt;
+  if (samples.empty()) {  // nothing ran in the periods that are over
     const unsigned long long end =
-        idle_stretch_end_us(seen->second, clocks.wall_us, history.longest_period_us());
-    ProcessBusy idle{.from_ns = clocks.to_monotonic_ns(seen->second),
-                     .to_ns = clocks.to_monotonic_ns(end)};
-    seen->second = end;
+        idle_stretch_end_us(g.seen_us, clocks.wall_us, g.history.longest_period_us());
+    ProcessBusy idle{.from_ns = clocks.to_monotonic_ns(g.seen_us),
+                     .to_ns = clocks.to_monotonic_ns(end),
+                     .samples_tile = g.history.samples_tile()};
+    g.seen_us = end;
     return idle;
   }
-  if (rc != kSuccess) return std::nullopt;
-  samples.resize(std::min<std::size_t>(count, samples.size()));
-  SampledBusy sampled = busy_from_samples(samples, seen->second, history);
-  seen->second = sampled.to_us;
+  SampledBusy sampled = busy_from_samples(samples, g.seen_us, g.history);
+  g.seen_us = sampled.to_us;
   return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),
                      .from_ns = clocks.to_monotonic_ns(sampled.from_us),
-                     .to_ns = clocks.to_monotonic_ns(sampled.to_us)};
+                     .to_ns = clocks.to_monotonic_ns(sampled.to_us),
+                     .samples_tile = g.history.samples_tile()};
 }
 
 // The device's utilisation samples come every sampling period, idle or

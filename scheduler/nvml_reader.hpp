@@ -16,6 +16,10 @@
 
 namespace cushare::sched {
 
+// How often NvmlReader::collect gathers samples between readings: several
+// times within the shortest sampling period drivers document (1/6 s).
+inline constexpr std::uint64_t kNvmlCollectIntervalNs = 40'000'000;
+
 class NvmlReader {
  public:
   NvmlReader();  // dlopen("libnvidia-ml.so.1") + nvmlInit_v2; available() says if it worked
@@ -35,10 +39,18 @@ class NvmlReader {
   struct ProcessBusy {
     std::map<std::uint32_t, std::uint64_t> busy_ns;  // host PID -> GPU time
     std::uint64_t from_ns = 0, to_ns = 0;            // the stretch, monotonic ns
+    // Whether the samples were seen to tile time (SampleHistory::samples_tile):
+    // until they are, the figures may be low by the periods missed.
+    bool samples_tile = false;
   };
   // The first call for a GPU only sets the starting point (an empty
   // stretch). nullopt when NVML cannot answer.
   std::optional<ProcessBusy> process_busy(const std::string& uuid);
+  // Between two process_busy calls: keeps the processes' samples that came
+  // since the last call. The driver returns only each process's latest
+  // sample, so the daemon calls this several times per sampling period to
+  // see every period. Does nothing before the GPU's first process_busy.
+  void collect(const std::string& uuid);
 
  private:
   void* lib_ = nullptr;
@@ -51,10 +63,20 @@ class NvmlReader {
   nvml::DeviceGetProcessUtilizationFn get_process_utilization_ = nullptr;
   nvml::DeviceGetSamplesFn get_samples_ = nullptr;
   nvml::ShutdownFn shutdown_ = nullptr;
-  std::map<std::string, unsigned long long> last_seen_us_;  // per GPU UUID
-  std::map<std::string, SampleHistory> histories_;          // per GPU UUID
+  struct GpuSampling {
+    unsigned long long seen_us = 0;  // where the next stretch starts
+    SampleHistory history;
+    std::vector<nvml::ProcessUtilizationSample> pending;  // collected since
+  };
+  std::map<std::string, GpuSampling> sampling_;  // per GPU UUID
+  // Bounds what a GPU's collects keep between readings.
+  static constexpr std::size_t kMaxPending = 4096;
 
   void learn_sampling_period(nvml::Device dev, SampleHistory& history);
+  // Appends the samples newer than `seen_us` that `out` does not hold yet;
+  // returns NVML's status.
+  int read_process_samples(nvml::Device dev, unsigned long long seen_us,
+                           std::vector<nvml::ProcessUtilizationSample>& out);
 };
 
 // Context overhead to charge a process: what NVML says it uses minus what

@@ -74,6 +74,9 @@ int main(int argc, char** argv) try {
   ns->add_option("--seconds", sampling.seconds, "how long to read")->check(CLI::PositiveNumber);
   ns->add_option("--interval-ms", sampling.interval_ms, "time between readings")
       ->check(CLI::Range(10, 10000));
+  ns->add_option("--collect-ms", sampling.collect_ms,
+                 "time between the samples gathered between readings")
+      ->check(CLI::Range(5, 10000));
 
   CLI11_PARSE(app, argc, argv);
   if (a->parsed()) return runAlloc(alloc);

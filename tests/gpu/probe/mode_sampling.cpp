@@ -1,10 +1,10 @@
 // nvml-sampling: what the daemon's ground truth rests on. Every interval it
 // reads each process's GPU time through the daemon's own NvmlReader (the
-// stretch it stands for, in CLOCK_MONOTONIC), and records the raw samples
-// beside it: the processes' utilisation samples and the device's, as the
-// driver returned them. The orchestrator compares the readings with the GPU
-// time its workers know they ran, and keeps the raw samples for the record
-// (how a driver samples is not documented). No CUDA call is made.
+// stretch it stands for, in CLOCK_MONOTONIC), gathering samples between
+// readings as the daemon does, and records the raw samples beside it: the processes' utilisation
+// samples and the device's, as the driver returned them. The orchestrator compares the readings
+// with the GPU time its workers know they ran, and keeps the raw samples for the record (how a
+// driver samples is not documented). No CUDA call is made.
 #include <dlfcn.h>
 
 #include <chrono>
@@ -46,19 +46,31 @@ class RawSamples {
   RawSamples(const RawSamples&) = delete;
   RawSamples& operator=(const RawSamples&) = delete;
 
-  // [[pid, stamp_us, smUtil], ...] newer than the last call's latest; the
-  // NVML status alongside.
-  nlohmann::json process_samples() {
-    nlohmann::json out = nlohmann::json::array();
-    if (!process_) return {{"status", "absent"}, {"samples", out}};
+  // Asks for the processes' samples newer than the latest seen, and keeps
+  // them for process_samples().
+  void poll_processes() {
+    if (!process_) return;
     std::vector<nvml::ProcessUtilizationSample> s(256);
     auto count = static_cast<unsigned int>(s.size());
     const int rc = process_(dev_, s.data(), &count, last_process_us_);
+    ++calls_;
+    unsigned long long latest = last_process_us_;
     for (unsigned int i = 0; rc == nvml::kSuccess && i < count && i < s.size(); ++i) {
-      out.push_back({s[i].pid, s[i].timeStamp, s[i].smUtil});
-      last_process_us_ = std::max(last_process_us_, s[i].timeStamp);
+      pending_.push_back({s[i].pid, s[i].timeStamp, s[i].smUtil});
+      latest = std::max(latest, s[i].timeStamp);
     }
-    return {{"status", rc}, {"samples", out}};
+    last_process_us_ = latest;
+    last_status_ = rc;
+  }
+  // [[pid, stamp_us, smUtil], ...] of every poll since the last call (and
+  // one now), the number of calls and the last NVML status.
+  nlohmann::json process_samples() {
+    if (!process_) return {{"status", "absent"}, {"samples", nlohmann::json::array()}};
+    poll_processes();
+    nlohmann::json out{{"status", last_status_}, {"calls", calls_}, {"samples", pending_}};
+    pending_ = nlohmann::json::array();
+    calls_ = 0;
+    return out;
   }
   // [[stamp_us, value], ...] of the device's GPU utilisation samples.
   nlohmann::json device_samples() {
@@ -84,6 +96,8 @@ class RawSamples {
   nvml::DeviceGetSamplesFn device_ = nullptr;
   nvml::ShutdownFn shutdown_ = nullptr;
   unsigned long long last_process_us_ = 0, last_device_us_ = 0;
+  nlohmann::json pending_ = nlohmann::json::array();
+  int calls_ = 0, last_status_ = 0;
 };
 
 }  // namespace
@@ -104,6 +118,7 @@ int runSampling(const SamplingOptions& o) {
         {"monotonic_ns", shm::monotonic_ns()},
         {"wall_us", shm::realtime_ns() / 1000}});
   const auto interval = std::chrono::milliseconds(o.interval_ms);
+  const auto collect = std::chrono::milliseconds(o.collect_ms);
   auto next = std::chrono::steady_clock::now();
   const auto end = next + std::chrono::duration<double>(o.seconds);
   for (;;) {
@@ -123,6 +138,12 @@ int runSampling(const SamplingOptions& o) {
     emit(msg);
     if (std::chrono::steady_clock::now() >= end) break;
     next += interval;
+    // Between readings, as the daemon does: every period's sample.
+    for (auto at = std::chrono::steady_clock::now() + collect; at < next; at += collect) {
+      std::this_thread::sleep_until(at);
+      reader.collect(uuid);
+      raw.poll_processes();
+    }
     std::this_thread::sleep_until(next);
   }
   emit({{"event", "done"}});

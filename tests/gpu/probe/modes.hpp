@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "scheduler/nvml_reader.hpp"
+
 namespace cushare::gpuprobe {
 
 struct AllocOptions {
@@ -54,6 +56,8 @@ struct SamplingOptions {
   std::string uuid;  // "" : the first GPU NVML enumerates
   double seconds = 4;
   int interval_ms = 500;  // the daemon's ground-truth interval
+  // Between readings, as the daemon gathers samples.
+  int collect_ms = static_cast<int>(sched::kNvmlCollectIntervalNs / 1'000'000);
 };
 
 int runAlloc(const AllocOptions& o);

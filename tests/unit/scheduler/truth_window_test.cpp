@@ -97,6 +97,57 @@ TEST(BusyFromSamples, ABurstInOnePeriodOfManyIsNotReadAsBusyThroughAll) {
   }
 }
 
+TEST(SamplesTile, OnlyWhereOneProcesssSamplesWereSeenOneDevicePeriodApart) {
+  // An H100 (driver 580) read every 500 ms: device samples every 200 ms, and
+  // each reading one sample per process, its latest, so a process's samples
+  // came 400 or 600 ms apart. Read so, a process busy half the time showed
+  // 40 % of its GPU time, and the reader must say its samples do not tile.
+  SampleHistory missed;
+  unsigned long long seen = 1'000'000;
+  std::uint64_t total = 0;
+  for (unsigned long long reading = 1; reading <= 10; ++reading) {
+    const unsigned long long now = 1'000'000 + reading * 500'000;
+    std::vector<unsigned long long> device;
+    for (unsigned long long t = now - 500'000 + 200'000 - (now - 500'000) % 200'000; t <= now;
+         t += 200'000)
+      device.push_back(t);
+    learn_device_period(device, missed);
+    const std::vector samples = {sample(7, device.back(), 50)};
+    const SampledBusy b = busy_from_samples(samples, seen, missed);
+    seen = b.to_us;
+    total += b.busy_ns.at(7);
+  }
+  EXPECT_EQ(missed.device_period_us, 200'000u);
+  EXPECT_EQ(missed.process_period_us, 400'000u);
+  EXPECT_FALSE(missed.samples_tile());
+  EXPECT_EQ(total, 10 * 100 * kMs) << "a period of every two and a half";
+
+  // Gathered several times a period, every period's sample is seen.
+  SampleHistory gathered;
+  seen = 1'000'000;
+  total = 0;
+  for (unsigned long long reading = 1; reading <= 10; ++reading) {
+    const unsigned long long now = 1'000'000 + reading * 500'000;
+    std::vector<unsigned long long> device;
+    std::vector<nvml::ProcessUtilizationSample> samples;
+    for (unsigned long long t = now - 500'000 + 200'000 - (now - 500'000) % 200'000; t <= now;
+         t += 200'000) {
+      device.push_back(t);
+      samples.push_back(sample(7, t, 50));
+    }
+    learn_device_period(device, gathered);
+    const SampledBusy b = busy_from_samples(samples, seen, gathered);
+    seen = b.to_us;
+    total += b.busy_ns.at(7);
+  }
+  EXPECT_TRUE(gathered.samples_tile());
+  EXPECT_EQ(total, 50 * (seen - 1'000'000) * 10) << "half of the stretch, to the nanosecond";
+
+  // Without the device's samples nothing says so.
+  SampleHistory unknown{.process_period_us = 100'000};
+  EXPECT_FALSE(unknown.samples_tile());
+}
+
 TEST(LearnDevicePeriod, TheShortestGapBetweenTheDevicesSamplesAcrossReadings) {
   SampleHistory history;
   const std::vector<unsigned long long> first = {1'300'000, 1'100'000};

@@ -83,6 +83,7 @@ SCENARIOS = {
 SHAPES = {
     "async": ([], None),                                     # deep asynchronous queue
     "sync1": (["--sync-every", "1"], None),                  # cuCtxSynchronize after every kernel
+    "event1": (["--inflight", "1"], None),                   # cuEventSynchronize on an event behind each kernel
     "sync4": (["--sync-every", "4"], None),
     "sync16": (["--sync-every", "16"], None),
     "streams2": (["--streams", "2"], None),                  # two streams per process
@@ -108,7 +109,7 @@ OWN_SHAPE = {"ready_windows": "hostgap"}
 # The device's busy fraction a lone, unthrottled tenant of each shape
 # reaches on fakegpu (burst30, tests/bench/scheduler), less 2 points: with
 # several tenants the device must stay at least this busy.
-DEVICE_FLOOR = {"async": 95, "sync1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
+DEVICE_FLOOR = {"async": 95, "sync1": 88, "event1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
                 "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95, "twogpus": 95}
 # Shapes whose tenants have no gaps of their own: judged as the scenario says.
 GAPLESS = {"async", "anygpu", "twogpus"}
@@ -581,6 +582,17 @@ def run_standalone_30_50(env, window, warmup):
     return shares, env.judge(shares, checks), checks
 
 
+def run_standalone_capped30_100us(env, window, warmup):
+    """No daemon: one tenant of 100 us kernels capped at 30 by the local duty
+    cycle (its gaps, as short as its kernels, are idle time, not busy)."""
+    env.start_tenant("t1", 30, "capped", "100", seconds=warmup + WINDOWS * window + 3)
+    env.wait_ready(["t1"])
+    time.sleep(warmup)
+    shares = env.measure(window)
+    checks = [("share", "t1", 30, 3)]
+    return shares, env.judge(shares, checks), checks
+
+
 def run_kill_holder(env, window, warmup):
     """kill -9 the tenant holding the lease: the others resume within 1 s."""
     env.start_tenant("t1", 50, "burst", "1000", seconds=warmup + WINDOWS * window + 8)
@@ -619,6 +631,7 @@ def main():
     ap.add_argument("--name", required=True,
                     choices=sorted(SCENARIOS) + ["late_joiner", "multi_process", "daemon_restart",
                                                  "kill_holder", "standalone_30_50",
+                                                 "standalone_capped30_100us",
                                                  "long_kernels_in_gaps"])
     ap.add_argument("--window", type=float, default=2.5)
     ap.add_argument("--warmup", type=float, default=0.7)
@@ -647,10 +660,12 @@ def main():
     env = Env(a.build_dir, a.quantum_ms, a.keep, a.shape, a.hogs, a.stalls, a.alone)
     env.daemon_log_level = a.daemon_log_level
     try:
-        if a.name != "standalone_30_50":
+        if not a.name.startswith("standalone_"):
             env.start_daemon()
         if a.name == "standalone_30_50":
             shares, failures, checks = run_standalone_30_50(env, a.window, a.warmup)
+        elif a.name == "standalone_capped30_100us":
+            shares, failures, checks = run_standalone_capped30_100us(env, a.window, a.warmup)
         elif a.name == "late_joiner":
             shares, failures, checks = run_late_joiner(env, a.window, a.warmup)
         elif a.name in ("multi_process", "long_kernels_in_gaps"):

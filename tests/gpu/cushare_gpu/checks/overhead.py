@@ -4,6 +4,8 @@ run, alternated (without, with, without, with) so drift hits both alike.
 Ratios are judged on hardware only: on fakegpu every figure is CPU time of a
 simulator, and no verdict may rest on CPU timing there."""
 
+import cushare_regions as regions
+
 from .. import shares
 from ..procs import Deadline, TimeUp, WorkerFailed
 from ..report import CheckResult
@@ -13,25 +15,50 @@ from .common import MAX_LAUNCH_RATIO, MAX_STEP_RATIO
 ROUNDS = 2
 
 
+# What the gate did in a shimmed run, from its allocation's usage region:
+# launches held (the queue horizon paces a loop that outruns the GPU) and
+# spell starts (busy_epoch: each launch after the GPU ran dry marks the
+# allocation busy again, records events and wakes the poller).
+COUNTERS = ("launches", "throttled_launches", "throttled_ns", "busy_epoch")
+
+
+def _gate_counters(run_dir: str):
+    try:
+        if regions.used_bytes(run_dir) is None:
+            return None
+        g = regions.read(run_dir, "usage").gpus()[0]
+        return {k: g[k] for k in COUNTERS if k in g}
+    except Exception as e:  # noqa: BLE001 (informational only)
+        return {"error": str(e)}
+
+
 def _launch_once(suite: Suite, d: Deadline, node: str, shim: bool, i: int) -> float:
     count = "20000" if suite.quick else "100000"
-    env = suite.tenant_env(suite.alloc_dir(node, f"launch{i}") if shim else None, memory="2Gi",
+    run_dir = suite.alloc_dir(node, f"launch{i}")
+    env = suite.tenant_env(run_dir if shim else None, memory="2Gi",
                            shim=shim)
     w = suite.probe(f"launch-{'shim' if shim else 'plain'}", ["launch", "--count", count,
                                                              "--batch", "256"], env)
     got = w.wait_event("launch", d, 90)
     w.stop()
+    if shim:
+        suite.gate_counters.setdefault("empty-kernel launch", []).append(_gate_counters(run_dir))
     return got["ns_per_launch_median"]
 
 
 def _mlp_once(suite: Suite, d: Deadline, node: str, shim: bool, i: int) -> float:
     seconds = "1.5" if suite.quick else "3"
-    env = suite.tenant_env(suite.alloc_dir(node, f"mlp{i}") if shim else None, memory="8Gi",
-                           shim=shim)
+    run_dir = suite.alloc_dir(node, f"mlp{i}")
+    env = suite.tenant_env(run_dir if shim else None, memory="8Gi", shim=shim)
     w = suite.py_worker(f"mlp-{'shim' if shim else 'plain'}", "torch", "torch_mlp.py",
                         ["--seconds", seconds], env)
     got = w.wait_event("done", d, 120)
     w.stop()
+    if shim:
+        counters = _gate_counters(run_dir)
+        if counters is not None and got.get("steps"):
+            counters["steps"] = got["steps"]
+        suite.gate_counters.setdefault("MLP training step", []).append(counters)
     return got["ms_per_step"]
 
 
@@ -97,7 +124,21 @@ def _judge(r: CheckResult, suite: Suite, label: str, plain, shim, limit: float, 
               len(plain) == ROUNDS and len(shim) == ROUNDS)
 
 
+def _report_counters(suite: Suite, r: CheckResult, label: str) -> None:
+    runs = [c for c in suite.gate_counters.get(label, []) if c and "error" not in c]
+    r.details.setdefault("gate counters", {})[label] = suite.gate_counters.get(label, [])
+    if not runs:
+        return
+    c = runs[-1]
+    per = f" per step {c['busy_epoch'] / c['steps']:.2f}" if c.get("steps") else ""
+    r.measure(f"{label}: the gate under the shim (last run)", "informational",
+              f"{c.get('launches')} launches, {c.get('throttled_launches')} held "
+              f"({c.get('throttled_ns', 0) / 1e6:.1f} ms), {c.get('busy_epoch')} spell starts{per} (warm-up included)",
+              None)
+
+
 def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
+    suite.gate_counters = {}
     node = suite.node_run_dir("overhead")
     daemon = suite.start_daemon(node, d)
     try:
@@ -106,6 +147,7 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
             plain.append(_launch_once(suite, d, node, False, i))
             shim.append(_launch_once(suite, d, node, True, i))
         _judge(r, suite, "empty-kernel launch", plain, shim, MAX_LAUNCH_RATIO, "ns/launch")
+        _report_counters(suite, r, "empty-kernel launch")
         torch = suite.framework("torch")
         if not torch.get("available"):
             r.measure("MLP training step: with / without shim", f"<= {MAX_STEP_RATIO:.2f}", None,
@@ -117,6 +159,7 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
             plain.append(_mlp_once(suite, d, node, False, i))
             shim.append(_mlp_once(suite, d, node, True, i))
         _judge(r, suite, "MLP training step", plain, shim, MAX_STEP_RATIO, "ms/step")
+        _report_counters(suite, r, "MLP training step")
         ratio = shares.ratio(shares.median(shim), shares.median(plain))
         if not suite.simulated and ratio is not None and ratio > MAX_STEP_RATIO:
             _profile_where_time_goes(suite, r, d, node)

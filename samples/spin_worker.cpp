@@ -43,6 +43,7 @@ struct Options {
   bool explicit_context = false;
   bool events = false;
   int sync_every = 0;      // cuCtxSynchronize after this many launches of a thread
+  int copy_every = 0;      // a synchronous cuMemcpyDtoH after this many launches of a thread
   double host_gap_us = 0;  // CPU work after each synchronisation (a training step's host part)
 };
 
@@ -122,6 +123,10 @@ int main(int argc, char** argv) try {
                  "cuCtxSynchronize after every N launches of a thread (a step ending in a copy "
                  "back); 0 = never")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--copy-every", o.copy_every,
+                 "cuMemcpyDtoH 4 bytes back after every N launches of a thread (a synchronous "
+                 "copy: it waits for the work before it); 0 = never")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--host-gap-us", o.host_gap_us,
                  "busy CPU work of this many microseconds after each synchronisation (with "
                  "--sync-every) or after every launch")
@@ -156,6 +161,8 @@ int main(int argc, char** argv) try {
       return 2;
     }
   }
+  CUdeviceptr copy_src = 0;  // what --copy-every copies back
+  if (o.copy_every > 0) samples::check(cuMemAlloc(&copy_src, 4), "cuMemAlloc");
   CUmodule module;
   samples::check(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
   CUfunction spin;
@@ -172,8 +179,13 @@ int main(int argc, char** argv) try {
   auto worker = [&](int index) {
     samples::check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     std::vector<CUstream> streams(static_cast<size_t>(o.streams));
-    for (auto& s : streams)
-      samples::check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    // A step that ends in a copy back runs on the legacy default stream, as
+    // a CUDA C program's kernel<<<...>>> and cudaMemcpy do: the copy waits
+    // for the kernels before it.
+    for (auto& s : streams) {
+      if (o.copy_every == 0)
+        samples::check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    }
     std::vector<std::deque<CUevent>> pending(streams.size());
     if (timed && index == 0) {
       samples::check(cuEventCreate(&start_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
@@ -209,6 +221,13 @@ int main(int argc, char** argv) try {
           break;
         }
       }
+      if (o.copy_every > 0 && (i + 1) % static_cast<size_t>(o.copy_every) == 0) {
+        std::uint32_t back = 0;
+        if (CUresult w = cuMemcpyDtoH(&back, copy_src, sizeof back); w != CUDA_SUCCESS) {
+          record_error(shared, w, "cuMemcpyDtoH");
+          break;
+        }
+      }
       if (o.host_gap_us > 0 && step_end) spin_cpu(o.host_gap_us);
       if (o.inflight > 0) {
         CUevent e;
@@ -231,7 +250,7 @@ int main(int argc, char** argv) try {
         record_error(shared, r, "cuStreamSynchronize");
       }
       for (CUevent e : pending[si]) cuEventDestroy(e);
-      cuStreamDestroy(streams[si]);
+      if (streams[si]) cuStreamDestroy(streams[si]);
     }
   };
   std::vector<std::thread> threads;

@@ -45,6 +45,8 @@ using PFN_cuCtxCreate_v2000 = CUresult (*)(CUcontext* pctx, unsigned int flags, 
 using PFN_cuCtxDestroy_v2000 = CUresult (*)(CUcontext ctx);
 using PFN_cuStreamBeginCapture_v10000 = CUresult (*)(CUstream hStream);
 using PFN_cuStreamDestroy_v2000 = CUresult (*)(CUstream hStream);
+using PFN_cuMemcpyDtoH_v2000 = CUresult (*)(void* dstHost, DevicePtrV1 srcDevice,
+                                            unsigned int ByteCount);
 using PFN_cuDevicePrimaryCtxRelease_v7000 = CUresult (*)(CUdevice dev);
 using PFN_cuDevicePrimaryCtxReset_v7000 = CUresult (*)(CUdevice dev);
 // cuGraphInstantiate before CUDA 12 renamed it to cuGraphInstantiateWithFlags:

@@ -129,7 +129,10 @@ enum class Need : bool { kOptional, kRequired };
   X(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000, kOptional)                                \
   X(cuEventSynchronize, PFN_cuEventSynchronize_v2000, kRequired)                                \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, kRequired)                              \
-  X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, kRequired)
+  X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, kRequired)                    \
+  X(cuMemcpyDtoH, ::cushare::shim::legacy::PFN_cuMemcpyDtoH_v2000, kOptional)                   \
+  X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, kOptional)                                         \
+  X(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, kOptional)
 
 // Driver functions the shim only calls (not hooked).
 #define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                   \

@@ -341,6 +341,29 @@ extern "C" CUresult cuEventSynchronize(CUevent hEvent) {
   return synchronised(nullptr, true, [&] { return r.cuEventSynchronize(hEvent); });
 }
 
+// A copy to host memory returns once it, and the work before it in its
+// stream, completed (the legacy default stream, which waits for the
+// blocking streams, or with _ptds the thread's): a step that ends in a copy
+// back is a sync, and is taken as one for the whole context, as an event
+// wait is.
+extern "C" CUresult cuMemcpyDtoH(void* dstHost, legacy::DevicePtrV1 srcDevice,
+                                 unsigned int ByteCount) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH)
+  return synchronised(nullptr, true, [&] { return r.cuMemcpyDtoH(dstHost, srcDevice, ByteCount); });
+}
+
+extern "C" CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH_v2)
+  return synchronised(nullptr, true,
+                      [&] { return r.cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount); });
+}
+
+extern "C" CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH_v2_ptds)
+  return synchronised(nullptr, true,
+                      [&] { return r.cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount); });
+}
+
 extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize)
   return synchronised(hStream, false, [&] { return r.cuStreamSynchronize(hStream); });

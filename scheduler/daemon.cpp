@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <stop_token>
+#include <thread>
 
 #include "node/pod_identity_file.hpp"
 #include "scheduler/host_pids.hpp"
@@ -792,10 +796,6 @@ void Daemon::tick(std::uint64_t now, bool events_may_wait) {
   if (now >= next_nvml_ns_) {
     ground_truth(now);
     next_nvml_ns_ = now + config_.nvml_interval_ns;
-    next_nvml_collect_ns_ = now + config_.nvml_collect_interval_ns;
-  } else if (now >= next_nvml_collect_ns_) {
-    for (const auto& gpu : gpus_) nvml_.collect(gpu.uuid);
-    next_nvml_collect_ns_ = now + config_.nvml_collect_interval_ns;
   }
   if (now >= next_figures_ns_) {
     publish_figures(now);
@@ -811,6 +811,18 @@ void Daemon::run(const std::atomic<bool>& stop) {
   // priority the default 50 us timer slack would double that. (A real-time
   // thread has none.)
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  // NVML's per-process samples, gathered between the ground-truth passes on
+  // a thread of their own: the driver keeps only each process's latest.
+  std::jthread collector([this](std::stop_token stop_collecting) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    while (!stop_collecting.stop_requested()) {
+      nvml_.collect_all();
+      cv.wait_for(lock, stop_collecting, std::chrono::nanoseconds(config_.nvml_collect_interval_ns),
+                  [] { return false; });
+    }
+  });
   bool events_may_wait = true;
   while (!stop.load(std::memory_order_relaxed)) {
     const std::uint64_t now = shm::monotonic_ns();

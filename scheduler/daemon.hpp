@@ -158,7 +158,6 @@ class Daemon {
   TenantId next_tenant_id_ = 1;
   std::uint64_t next_housekeeping_ns_ = 0;
   std::uint64_t next_nvml_ns_ = 0;
-  std::uint64_t next_nvml_collect_ns_ = 0;
   std::uint64_t next_figures_ns_ = 0;
   // Metrics labels: each GPU's NVML index (learnt with ground truth) and each
   // allocation's pod (re-read every second from the plugin's files).

@@ -16,6 +16,10 @@ bool SampleHistory::samples_tile() const {
          process_period_us * 2 < device_period_us * 3;
 }
 
+bool SampleHistory::reading_tiles(unsigned long long longest_read_gap_us) const {
+  return samples_tile() && longest_read_gap_us < device_period_us;
+}
+
 void learn_device_period(std::span<const unsigned long long> stamps_us, SampleHistory& history) {
   std::vector<unsigned long long> fresh;
   for (const auto stamp : stamps_us)

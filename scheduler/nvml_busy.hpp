@@ -5,7 +5,7 @@
 // What a sample stands for is not documented. A sample is a process's
 // utilisation over a sampling period ending at its stamp. A driver returns
 // only each process's latest sample (an H100 did, one per process per call),
-// so the reader gathers them several times a period (NvmlReader::collect);
+// so the reader gathers them several times a period (NvmlReader::collect_all);
 // a period the process spent idle has no sample at all. So a sample is
 // read as standing for the time since that process's previous sample, but
 // never for more than the GPU's sampling period. That period is learned from
@@ -58,6 +58,9 @@ struct SampleHistory {
   // (asking less often than once a period) never sees two samples of one
   // process closer than two periods, and reads GPU time low.
   bool samples_tile() const;
+  // Whether one reading's samples tile time: the driver's do, and the reads
+  // that gathered them were never a device period or more apart.
+  bool reading_tiles(unsigned long long longest_read_gap_us) const;
 };
 
 // Learns the device's sampling period from the stamps of its utilisation

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "scheduler/nvml_busy.hpp"
@@ -62,6 +63,7 @@ NvmlReader::~NvmlReader() {
 
 std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_memory(
     const std::string& uuid) {
+  std::lock_guard lock(mu_);
   if (!init_ok_) return std::nullopt;
   Device dev = nullptr;
   if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
@@ -84,6 +86,7 @@ std::optional<std::map<std::uint32_t, std::uint64_t>> NvmlReader::process_memory
 }
 
 std::vector<std::string> NvmlReader::gpu_uuids() {
+  std::lock_guard lock(mu_);
   std::vector<std::string> out;
   if (!init_ok_ || !get_count_ || !get_handle_by_index_ || !get_uuid_) return out;
   unsigned int count = 0;
@@ -98,58 +101,68 @@ std::vector<std::string> NvmlReader::gpu_uuids() {
   return out;
 }
 
-int NvmlReader::read_process_samples(Device dev, unsigned long long seen_us,
-                                     std::vector<nvml::ProcessUtilizationSample>& out) {
+int NvmlReader::read_process_samples(Device dev, GpuSampling& g) {
   std::vector<nvml::ProcessUtilizationSample> samples(64);
   unsigned int count = 0;
   int rc = kErrorInsufficientSize;
   for (int attempt = 0; attempt < 4 && rc == kErrorInsufficientSize; ++attempt) {
     count = static_cast<unsigned int>(samples.size());
-    rc = get_process_utilization_(dev, samples.data(), &count, seen_us);
+    rc = get_process_utilization_(dev, samples.data(), &count, g.seen_us);
     if (rc == kErrorInsufficientSize)
       samples.resize(std::max<std::size_t>(count + 16, samples.size() * 2));
   }
+  if (rc != kSuccess && rc != kErrorNotFound) return rc;
+  const unsigned long long now = wall_us();
+  if (g.last_read_us != 0 && now > g.last_read_us)
+    g.longest_read_gap_us = std::max(g.longest_read_gap_us, now - g.last_read_us);
+  g.last_read_us = now;
   if (rc != kSuccess) return rc;
   samples.resize(std::min<std::size_t>(count, samples.size()));
   for (const auto& s : samples) {
+    // A sample from before the stretch (a driver that ignores lastSeen)
+    // would keep the stretch from ever ending idle.
+    if (s.timeStamp <= g.seen_us) continue;
     const bool held = std::ranges::any_of(
-        out, [&](const auto& o) { return o.pid == s.pid && o.timeStamp == s.timeStamp; });
-    if (!held && out.size() < kMaxPending) out.push_back(s);
+        g.pending, [&](const auto& o) { return o.pid == s.pid && o.timeStamp == s.timeStamp; });
+    if (!held && g.pending.size() < kMaxPending) g.pending.push_back(s);
   }
   return rc;
 }
 
-void NvmlReader::collect(const std::string& uuid) {
+void NvmlReader::collect_all() {
+  std::lock_guard lock(mu_);
   if (!init_ok_ || !get_process_utilization_) return;
-  auto g = sampling_.find(uuid);
-  if (g == sampling_.end()) return;
-  Device dev = nullptr;
-  if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return;
-  read_process_samples(dev, g->second.seen_us, g->second.pending);
+  for (auto& [uuid, g] : sampling_) {
+    Device dev = nullptr;
+    if (get_handle_by_uuid_(uuid.c_str(), &dev) == kSuccess) read_process_samples(dev, g);
+  }
 }
 
 std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::string& uuid) {
+  std::lock_guard lock(mu_);
   if (!init_ok_ || !get_process_utilization_) return std::nullopt;
   Device dev = nullptr;
   if (get_handle_by_uuid_(uuid.c_str(), &dev) != kSuccess) return std::nullopt;
   const ClockPair clocks{.monotonic_ns = shm::monotonic_ns(), .wall_us = wall_us()};
   auto found = sampling_.find(uuid);
   if (found == sampling_.end()) {
-    sampling_[uuid].seen_us = clocks.wall_us;
+    GpuSampling& g = sampling_[uuid];
+    g.seen_us = g.last_read_us = clocks.wall_us;
     return ProcessBusy{.from_ns = clocks.monotonic_ns, .to_ns = clocks.monotonic_ns};
   }
   GpuSampling& g = found->second;
   learn_sampling_period(dev, g.history);
+  const int rc = read_process_samples(dev, g);
   std::vector<nvml::ProcessUtilizationSample> samples = std::move(g.pending);
   g.pending.clear();
-  const int rc = read_process_samples(dev, g.seen_us, samples);
+  const bool tiles = g.history.reading_tiles(std::exchange(g.longest_read_gap_us, 0));
   if (rc != kSuccess && rc != kErrorNotFound && samples.empty()) return std::nullopt;
   if (samples.empty()) {  // nothing ran in the periods that are over
     const unsigned long long end =
         idle_stretch_end_us(g.seen_us, clocks.wall_us, g.history.longest_period_us());
     ProcessBusy idle{.from_ns = clocks.to_monotonic_ns(g.seen_us),
                      .to_ns = clocks.to_monotonic_ns(end),
-                     .samples_tile = g.history.samples_tile()};
+                     .samples_tile = tiles};
     g.seen_us = end;
     return idle;
   }
@@ -158,7 +171,7 @@ std::optional<NvmlReader::ProcessBusy> NvmlReader::process_busy(const std::strin
   return ProcessBusy{.busy_ns = std::move(sampled.busy_ns),
                      .from_ns = clocks.to_monotonic_ns(sampled.from_us),
                      .to_ns = clocks.to_monotonic_ns(sampled.to_us),
-                     .samples_tile = g.history.samples_tile()};
+                     .samples_tile = tiles};
 }
 
 // The device's utilisation samples come every sampling period, idle or

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@
 
 namespace cushare::sched {
 
-// How often NvmlReader::collect gathers samples between readings: several
+// How often NvmlReader::collect_all gathers samples between readings: several
 // times within the shortest sampling period drivers document (1/6 s).
 inline constexpr std::uint64_t kNvmlCollectIntervalNs = 40'000'000;
 
@@ -39,18 +40,22 @@ class NvmlReader {
   struct ProcessBusy {
     std::map<std::uint32_t, std::uint64_t> busy_ns;  // host PID -> GPU time
     std::uint64_t from_ns = 0, to_ns = 0;            // the stretch, monotonic ns
-    // Whether the samples were seen to tile time (SampleHistory::samples_tile):
-    // until they are, the figures may be low by the periods missed.
+    // Whether this stretch's samples tile time: the driver's samples were
+    // seen to (SampleHistory::samples_tile), and no two of the reads that
+    // gathered them were a sampling period apart. Otherwise the figures may
+    // be low by the periods missed.
     bool samples_tile = false;
   };
   // The first call for a GPU only sets the starting point (an empty
   // stretch). nullopt when NVML cannot answer.
   std::optional<ProcessBusy> process_busy(const std::string& uuid);
   // Between two process_busy calls: keeps the processes' samples that came
-  // since the last call. The driver returns only each process's latest
-  // sample, so the daemon calls this several times per sampling period to
-  // see every period. Does nothing before the GPU's first process_busy.
-  void collect(const std::string& uuid);
+  // since the last call, for every GPU process_busy has started. The driver
+  // returns only each process's latest sample, so the daemon calls this
+  // several times per sampling period, from a thread of its own (an NVML
+  // call can take a millisecond, and the scheduling loop polls hand-offs
+  // every 50 us). The reader's calls are serialised.
+  void collect_all();
 
  private:
   void* lib_ = nullptr;
@@ -67,16 +72,19 @@ class NvmlReader {
     unsigned long long seen_us = 0;  // where the next stretch starts
     SampleHistory history;
     std::vector<nvml::ProcessUtilizationSample> pending;  // collected since
+    // The wall-clock moment of the last read that NVML answered, and the
+    // longest gap between two such reads since the last process_busy.
+    unsigned long long last_read_us = 0, longest_read_gap_us = 0;
   };
+  std::mutex mu_;  // the reader's state and calls: collect_all() has a thread of its own
   std::map<std::string, GpuSampling> sampling_;  // per GPU UUID
   // Bounds what a GPU's collects keep between readings.
   static constexpr std::size_t kMaxPending = 4096;
 
   void learn_sampling_period(nvml::Device dev, SampleHistory& history);
-  // Appends the samples newer than `seen_us` that `out` does not hold yet;
-  // returns NVML's status.
-  int read_process_samples(nvml::Device dev, unsigned long long seen_us,
-                           std::vector<nvml::ProcessUtilizationSample>& out);
+  // Appends the samples newer than g.seen_us that g.pending does not hold
+  // yet, and notes the read's moment; returns NVML's status.
+  int read_process_samples(nvml::Device dev, GpuSampling& g);
 };
 
 // Context overhead to charge a process: what NVML says it uses minus what

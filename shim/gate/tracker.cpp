@@ -100,14 +100,17 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
   record_locked(stream, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
 }
 
-void GpuTracker::before_sync(CUstream stream, bool whole_context) noexcept {
+void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
   if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
   std::lock_guard lock(mu_);
   if (!has_tail()) return;
   CUstream tail = tail_stream_.load(std::memory_order_relaxed);
-  if (!whole_context && tail != stream) return;
-  if (tail == CU_STREAM_PER_THREAD && !whole_context) tail = stream;
-  if (tail == CU_STREAM_PER_THREAD) tail = nullptr;  // another thread's: the legacy stream
+  if (scope == SyncScope::kStream && tail != stream) return;
+  if (tail == CU_STREAM_PER_THREAD) {
+    if (scope == SyncScope::kUnnamedStream) return;
+    // The synced stream's own handle, or another thread's: the legacy stream.
+    tail = scope == SyncScope::kStream ? stream : nullptr;
+  }
   CUcontext current = nullptr;
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
   if (!ctx_ || current != ctx_ || stream_is_capturing(tail)) return;
@@ -134,14 +137,14 @@ bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   return any;
 }
 
-GpuTracker* syncing(CUstream stream, bool whole_context) noexcept {
+GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept {
   if (!detail::g_trackers.load(std::memory_order_acquire)) return nullptr;  // nothing launched
   const AllocationState* st = allocation_state();
   if (!st) return nullptr;
   const unsigned gpu = st->device_count == 1 ? st->gpu_of_device[0] : current_gpu_index(*st);
   if (gpu >= shm::kMaxGpus) return nullptr;
   GpuTracker& tr = tracker(gpu);
-  tr.before_sync(stream, whole_context);
+  tr.before_sync(stream, scope);
   return &tr;
 }
 

@@ -41,6 +41,18 @@ struct Batch {
   std::uint64_t last_submit_ns = 0;
 };
 
+// What an application's synchronisation waits for.
+enum class SyncScope {
+  kStream,   // one stream's work (cuStreamSynchronize)
+  kContext,  // the whole context's (cuCtxSynchronize)
+  // Work on a stream the call does not name (an event's, a copy's): the
+  // tail is recorded on its own stream, except a per-thread default stream,
+  // whose handle would mean the caller's (recorded on the legacy stream
+  // instead, it would put a barrier across every blocking stream at each
+  // such call); that tail is left to the poller.
+  kUnnamedStream,
+};
+
 class GpuTracker {
  public:
   // Fast path: GPU time of the work launched and not known complete
@@ -136,12 +148,12 @@ class GpuTracker {
   void stream_destroyed(CUstream stream) noexcept;
 
   // The application synchronises with the work of this process on the
-  // tracker's GPU: all of it (cuCtxSynchronize; stream null) or a stream's.
-  // Before: the tail of launches gets its event, so the sync has one to
-  // complete. After a successful sync: every batch whose event completed is
-  // completed here and now, so a launch right after the sync starts a new
-  // spell and its idle gap is measured (the poller may not have woken yet).
-  void before_sync(CUstream stream, bool whole_context) noexcept;
+  // tracker's GPU (SyncScope). Before: the tail of launches gets its event,
+  // so the sync has one to complete. After a successful sync: every batch
+  // whose event completed is completed here and now, so a launch right after
+  // the sync starts a new spell and its idle gap is measured (the poller may
+  // not have woken yet).
+  void before_sync(CUstream stream, SyncScope scope) noexcept;
   void after_sync() noexcept;
   // Completes, in the calling thread, every batch at the front whose event
   // has completed; whether there was one.
@@ -279,9 +291,8 @@ inline GpuTracker& tracker(unsigned gpu) noexcept {
 void reset_trackers_after_fork() noexcept;
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
-// Around the application's cuCtxSynchronize (stream null, whole context) or
-// cuStreamSynchronize(stream), for the GPU of the current context. Returns
-// the tracker to call after_sync() on (null: none).
-GpuTracker* syncing(CUstream stream, bool whole_context) noexcept;
+// Around the application's synchronisation, for the GPU of the current
+// context. Returns the tracker to call after_sync() on (null: none).
+GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept;
 
 }  // namespace cushare::shim::gate

@@ -303,8 +303,8 @@ extern "C" CUresult cuStreamDestroy_v2(CUstream hStream) {
 // pools may give memory back there (SyncOp).
 namespace {
 template <typename Sync>
-CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
-  gate::GpuTracker* tr = gate::syncing(stream, whole_context);
+CUresult synchronised(CUstream stream, gate::SyncScope scope, Sync&& sync) {
+  gate::GpuTracker* tr = gate::syncing(stream, scope);
   const SyncOp op;
   const CUresult rc = sync();
   if (tr && rc == CUDA_SUCCESS) tr->after_sync();
@@ -314,7 +314,7 @@ CUresult synchronised(CUstream stream, bool whole_context, Sync&& sync) {
 
 extern "C" CUresult cuCtxSynchronize() {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuCtxSynchronize)
-  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize(); });
+  return synchronised(nullptr, gate::SyncScope::kContext, [&] { return r.cuCtxSynchronize(); });
 }
 
 extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
@@ -326,7 +326,8 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     const SyncOp op;
     return r.cuCtxSynchronize_v2(ctx);
   }
-  return synchronised(nullptr, true, [&] { return r.cuCtxSynchronize_v2(ctx); });
+  return synchronised(nullptr, gate::SyncScope::kContext,
+                      [&] { return r.cuCtxSynchronize_v2(ctx); });
 }
 
 // Which stream the event was recorded on is not known here: the gate records
@@ -338,7 +339,8 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 // daemon ran 20 and 40 %.
 extern "C" CUresult cuEventSynchronize(CUevent hEvent) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuEventSynchronize)
-  return synchronised(nullptr, true, [&] { return r.cuEventSynchronize(hEvent); });
+  return synchronised(nullptr, gate::SyncScope::kUnnamedStream,
+                      [&] { return r.cuEventSynchronize(hEvent); });
 }
 
 // A copy to host memory returns once it, and the work before it in its
@@ -349,27 +351,30 @@ extern "C" CUresult cuEventSynchronize(CUevent hEvent) {
 extern "C" CUresult cuMemcpyDtoH(void* dstHost, legacy::DevicePtrV1 srcDevice,
                                  unsigned int ByteCount) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH)
-  return synchronised(nullptr, true, [&] { return r.cuMemcpyDtoH(dstHost, srcDevice, ByteCount); });
+  return synchronised(nullptr, gate::SyncScope::kUnnamedStream,
+                      [&] { return r.cuMemcpyDtoH(dstHost, srcDevice, ByteCount); });
 }
 
 extern "C" CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH_v2)
-  return synchronised(nullptr, true,
+  return synchronised(nullptr, gate::SyncScope::kUnnamedStream,
                       [&] { return r.cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount); });
 }
 
 extern "C" CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemcpyDtoH_v2_ptds)
-  return synchronised(nullptr, true,
+  return synchronised(nullptr, gate::SyncScope::kUnnamedStream,
                       [&] { return r.cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount); });
 }
 
 extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize)
-  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize(hStream); });
+  return synchronised(hStream, gate::SyncScope::kStream,
+                      [&] { return r.cuStreamSynchronize(hStream); });
 }
 
 extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize_ptsz)
-  return synchronised(hStream, false, [&] { return r.cuStreamSynchronize_ptsz(hStream); });
+  return synchronised(hStream, gate::SyncScope::kStream,
+                      [&] { return r.cuStreamSynchronize_ptsz(hStream); });
 }

@@ -141,7 +141,7 @@ int runSampling(const SamplingOptions& o) {
     // Between readings, as the daemon does: every period's sample.
     for (auto at = std::chrono::steady_clock::now() + collect; at < next; at += collect) {
       std::this_thread::sleep_until(at);
-      reader.collect(uuid);
+      reader.collect_all();
       raw.poll_processes();
     }
     std::this_thread::sleep_until(next);

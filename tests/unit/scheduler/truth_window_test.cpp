@@ -141,6 +141,11 @@ TEST(SamplesTile, OnlyWhereOneProcesssSamplesWereSeenOneDevicePeriodApart) {
     total += b.busy_ns.at(7);
   }
   EXPECT_TRUE(gathered.samples_tile());
+  // Judged per reading: gathered every 40 ms it tiles; with two reads a
+  // whole period apart (a starved collector) it may have missed one.
+  EXPECT_TRUE(gathered.reading_tiles(40'000));
+  EXPECT_FALSE(gathered.reading_tiles(200'000));
+  EXPECT_FALSE(missed.reading_tiles(0));
   EXPECT_EQ(total, 50 * (seen - 1'000'000) * 10) << "half of the stretch, to the nanosecond";
 
   // Without the device's samples nothing says so.

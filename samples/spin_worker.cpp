@@ -42,9 +42,12 @@ struct Options {
   uint64_t alloc_mib = 0;
   bool explicit_context = false;
   bool events = false;
-  int sync_every = 0;      // cuCtxSynchronize after this many launches of a thread
-  int copy_every = 0;      // a synchronous cuMemcpyDtoH after this many launches of a thread
-  double host_gap_us = 0;  // CPU work after each synchronisation (a training step's host part)
+  int sync_every = 0;        // cuCtxSynchronize after this many launches of a thread
+  int copy_every = 0;        // a synchronous cuMemcpyDtoH after this many launches of a thread
+  double host_gap_us = 0;    // CPU work after each synchronisation (a training step's host part)
+  int poll_every = 0;        // poll until the stream is idle after this many launches of a thread
+  bool poll_event = false;   // poll an event recorded behind the kernel instead of the stream
+  double poll_sleep_us = 0;  // sleep between two queries (0: yield the CPU)
 };
 
 struct Shared {
@@ -92,6 +95,28 @@ void spin_cpu(double us) {
   }
 }
 
+// Polls until the work queued on `stream` so far completed, as a serving
+// loop that never blocks in the driver does: between queries it sleeps
+// `sleep_us` (0: yields the CPU). With `event`, polls an event recorded
+// behind that work.
+CUresult poll_until_idle(CUstream stream, bool event, double sleep_us) {
+  thread_local CUevent marker = nullptr;
+  if (event) {
+    if (!marker) {
+      if (CUresult r = cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) return r;
+    }
+    if (CUresult r = cuEventRecord(marker, stream); r != CUDA_SUCCESS) return r;
+  }
+  for (;;) {
+    const CUresult r = event ? cuEventQuery(marker) : cuStreamQuery(stream);
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    if (sleep_us > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
+    else
+      std::this_thread::yield();
+  }
+}
+
 }  // namespace
 
 // An exception (a bad argument CLI11 lets through, a JSON error) ends the
@@ -130,6 +155,15 @@ int main(int argc, char** argv) try {
   app.add_option("--host-gap-us", o.host_gap_us,
                  "busy CPU work of this many microseconds after each synchronisation (with "
                  "--sync-every) or after every launch")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--poll-every", o.poll_every,
+                 "after every N launches of a thread, poll with cuStreamQuery until the stream "
+                 "is idle (a wait that never blocks in the driver); 0 = never")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--poll-event", o.poll_event,
+               "with --poll-every: poll an event recorded behind the kernel (cuEventQuery)");
+  app.add_option("--poll-sleep-us", o.poll_sleep_us,
+                 "with --poll-every: sleep this long between two queries (0: yield the CPU)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--events", o.events,
                "time the run with events on the first stream (one thread) and report gpu_ms");
@@ -225,6 +259,13 @@ int main(int argc, char** argv) try {
         std::uint32_t back = 0;
         if (CUresult w = cuMemcpyDtoH(&back, copy_src, sizeof back); w != CUDA_SUCCESS) {
           record_error(shared, w, "cuMemcpyDtoH");
+          break;
+        }
+      }
+      if (o.poll_every > 0 && (i + 1) % static_cast<size_t>(o.poll_every) == 0) {
+        if (CUresult w = poll_until_idle(streams[si], o.poll_event, o.poll_sleep_us);
+            w != CUDA_SUCCESS) {
+          record_error(shared, w, o.poll_event ? "cuEventQuery" : "cuStreamQuery");
           break;
         }
       }

@@ -132,7 +132,10 @@ enum class Need : bool { kOptional, kRequired };
   X(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, kRequired)                    \
   X(cuMemcpyDtoH, ::cushare::shim::legacy::PFN_cuMemcpyDtoH_v2000, kOptional)                   \
   X(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, kOptional)                                         \
-  X(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, kOptional)
+  X(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, kOptional)                               \
+  X(cuStreamQuery, PFN_cuStreamQuery_v2000, kRequired)                                          \
+  X(cuStreamQuery_ptsz, PFN_cuStreamQuery_v7000_ptsz, kOptional)                                \
+  X(cuEventQuery, PFN_cuEventQuery_v2000, kRequired)
 
 // Driver functions the shim only calls (not hooked).
 #define CUSHARE_REAL_ONLY_DRIVER_FUNCTIONS(X)                                                   \
@@ -150,13 +153,11 @@ enum class Need : bool { kOptional, kRequired };
   X(cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000, kRequired)                                   \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, kRequired)                                        \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000, kRequired)                                        \
-  X(cuStreamQuery, PFN_cuStreamQuery_v2000, kRequired)                                          \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000, kRequired)                             \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, kRequired) \
   X(cuEventCreate, PFN_cuEventCreate_v2000, kRequired)                                          \
   X(cuEventRecord, PFN_cuEventRecord_v2000, kRequired)                                          \
   X(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz, kRequired)                                \
-  X(cuEventQuery, PFN_cuEventQuery_v2000, kRequired)                                            \
   X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080, kOptional)                            \
   X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, kRequired)                                     \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, kOptional)                          \

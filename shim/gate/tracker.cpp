@@ -10,6 +10,7 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/clock.hpp"
 #include "shim/gate/spell_wait.hpp"
 #include "shim/gate/tsc_clock.hpp"
 #include "shim/process/allocation_state.hpp"
@@ -102,6 +103,7 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
 
 void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
   if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
+  if (!has_tail()) return;
   std::lock_guard lock(mu_);
   if (!has_tail()) return;
   CUstream tail = tail_stream_.load(std::memory_order_relaxed);
@@ -125,6 +127,18 @@ void GpuTracker::after_sync() noexcept {
   complete_done_batches(st->usage->gpus[gpu_]);
 }
 
+void GpuTracker::before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire) || !has_tail()) return;
+  if (now < tail_last_ns_.load(std::memory_order_relaxed) + kPollQuietNs) return;
+  before_sync(stream, scope);
+}
+
+void GpuTracker::after_poll() noexcept {
+  if (recorded_count_.load(std::memory_order_acquire) <= completed_.load(std::memory_order_acquire))
+    return;  // no recorded batch pending
+  after_sync();
+}
+
 bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   std::lock_guard lock(mu_);
   bool any = false;
@@ -137,15 +151,28 @@ bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   return any;
 }
 
-GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept {
+namespace {
+// The tracker of the current context's GPU, if this process launched at all.
+GpuTracker* current_tracker() noexcept {
   if (!detail::g_trackers.load(std::memory_order_acquire)) return nullptr;  // nothing launched
   const AllocationState* st = allocation_state();
   if (!st) return nullptr;
   const unsigned gpu = st->device_count == 1 ? st->gpu_of_device[0] : current_gpu_index(*st);
   if (gpu >= shm::kMaxGpus) return nullptr;
-  GpuTracker& tr = tracker(gpu);
-  tr.before_sync(stream, scope);
-  return &tr;
+  return &tracker(gpu);
+}
+}  // namespace
+
+GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept {
+  GpuTracker* tr = current_tracker();
+  if (tr) tr->before_sync(stream, scope);
+  return tr;
+}
+
+GpuTracker* polling(CUstream stream, SyncScope scope) noexcept {
+  GpuTracker* tr = current_tracker();
+  if (tr) tr->before_poll(stream, scope, gate_now_ns());
+  return tr;
 }
 
 void GpuTracker::launch_failed() noexcept {

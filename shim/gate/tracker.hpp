@@ -33,6 +33,11 @@ inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per 
 // A batch of fewer launches over less than kRecordIntervalNs is mostly
 // measurement error (GpuTracker::complete_front_locked).
 inline constexpr std::uint64_t kSignificantBatch = 32;
+// A query of the application's work (cuStreamQuery, cuEventQuery) is taken
+// for a wait only once the process launched nothing for this long: a
+// process that keeps launching while another thread polls keeps its
+// batches as they are (docs/scheduler.md, "Synchronisation").
+inline constexpr std::uint64_t kPollQuietNs = 10'000;
 
 struct Batch {
   CUevent event = nullptr;
@@ -155,6 +160,13 @@ class GpuTracker {
   // not have woken yet).
   void before_sync(CUstream stream, SyncScope scope) noexcept;
   void after_sync() noexcept;
+  // The application polls for work of this process (SyncScope) at `now`
+  // (the gate's clock). Before: once no launch came for kPollQuietNs, the
+  // tail gets its event, as before a sync, so the poller sees its work
+  // complete when it does. After a query that found the work done: the
+  // batches whose events completed are completed (none pending: no lock).
+  void before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept;
+  void after_poll() noexcept;
   // Completes, in the calling thread, every batch at the front whose event
   // has completed; whether there was one.
   bool complete_done_batches(shm::GpuUsage& usage) noexcept;
@@ -294,5 +306,9 @@ void streams_destroying(CUstream stream) noexcept;
 // Around the application's synchronisation, for the GPU of the current
 // context. Returns the tracker to call after_sync() on (null: none).
 GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept;
+// Around the application's query of its work (cuStreamQuery, cuEventQuery),
+// for the GPU of the current context. Returns the tracker to call
+// after_poll() on (null: none).
+GpuTracker* polling(CUstream stream, SyncScope scope) noexcept;
 
 }  // namespace cushare::shim::gate

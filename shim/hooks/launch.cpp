@@ -377,3 +377,33 @@ extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   return synchronised(hStream, gate::SyncScope::kStream,
                       [&] { return r.cuStreamSynchronize_ptsz(hStream); });
 }
+
+// Polling: a query that finds the work done ends a wait as a sync does, and
+// one made after the process stopped launching is where the wait begins
+// (gate/tracker.hpp, before_poll). Left to the poller, a tenant that polls
+// after every kernel is seen busy through its gaps until the poller records
+// its tail. Memory pools give nothing back at a query: no SyncOp.
+namespace {
+template <typename Query>
+CUresult polled(CUstream stream, gate::SyncScope scope, Query&& query) {
+  gate::GpuTracker* tr = gate::polling(stream, scope);
+  const CUresult rc = query();
+  if (tr && rc == CUDA_SUCCESS) tr->after_poll();
+  return rc;
+}
+}  // namespace
+
+extern "C" CUresult cuStreamQuery(CUstream hStream) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamQuery)
+  return polled(hStream, gate::SyncScope::kStream, [&] { return r.cuStreamQuery(hStream); });
+}
+
+extern "C" CUresult cuStreamQuery_ptsz(CUstream hStream) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamQuery_ptsz)
+  return polled(hStream, gate::SyncScope::kStream, [&] { return r.cuStreamQuery_ptsz(hStream); });
+}
+
+extern "C" CUresult cuEventQuery(CUevent hEvent) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuEventQuery)
+  return polled(nullptr, gate::SyncScope::kUnnamedStream, [&] { return r.cuEventQuery(hEvent); });
+}

@@ -85,6 +85,8 @@ SHAPES = {
     "sync1": (["--sync-every", "1"], None),                  # cuCtxSynchronize after every kernel
     "event1": (["--inflight", "1"], None),                   # cuEventSynchronize on an event behind each kernel
     "copy1": (["--copy-every", "1"], None),                  # a synchronous cuMemcpyDtoH after each kernel
+    "poll1": (["--poll-every", "1", "--poll-sleep-us", "10"], None),  # cuStreamQuery polled after each kernel, 10 us sleeps
+    "pollevent1": (["--poll-every", "1", "--poll-event", "--poll-sleep-us", "10"], None),  # the same, cuEventQuery
     "sync4": (["--sync-every", "4"], None),
     "sync16": (["--sync-every", "16"], None),
     "streams2": (["--streams", "2"], None),                  # two streams per process
@@ -110,7 +112,8 @@ OWN_SHAPE = {"ready_windows": "hostgap"}
 # The device's busy fraction a lone, unthrottled tenant of each shape
 # reaches on fakegpu (burst30, tests/bench/scheduler), less 2 points: with
 # several tenants the device must stay at least this busy.
-DEVICE_FLOOR = {"async": 95, "sync1": 88, "event1": 88, "copy1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
+DEVICE_FLOOR = {"async": 95, "sync1": 88, "event1": 88, "copy1": 88, "poll1": 88,
+                "pollevent1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
                 "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95, "twogpus": 95}
 # Shapes whose tenants have no gaps of their own: judged as the scenario says.
 GAPLESS = {"async", "anygpu", "twogpus"}

@@ -421,6 +421,10 @@ CUresult launch_gate_enter(CUstream stream) noexcept {
   return enter_slow(*st, gpu, stream, tr);
 }
 
+std::uint64_t launch_gate_thread_last_launch_ns() noexcept {
+  return t_gate.now;
+}
+
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept {
   gate::GpuTracker* tr = t_gate.tracker;
   if (!tr) return;

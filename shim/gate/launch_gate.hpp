@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+
 namespace cushare::shim {
 
 // Before forwarding any launch (cuLaunchKernel, cuLaunchKernelEx,
@@ -16,5 +18,10 @@ CUresult launch_gate_enter(CUstream stream) noexcept;
 // After the launch was forwarded (with the driver's result), so the gate can
 // account the submission and track in-flight work.
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept;
+
+// The gate's clock reading at the calling thread's last gated launch (0:
+// none). Equal to a tracker's last launch stamp, the caller made that
+// launch: a per-thread default stream's handle means its own stream.
+std::uint64_t launch_gate_thread_last_launch_ns() noexcept;
 
 }  // namespace cushare::shim

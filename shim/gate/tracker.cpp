@@ -11,6 +11,7 @@
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
 #include "shim/gate/clock.hpp"
+#include "shim/gate/launch_gate.hpp"
 #include "shim/gate/spell_wait.hpp"
 #include "shim/gate/tsc_clock.hpp"
 #include "shim/process/allocation_state.hpp"
@@ -90,6 +91,9 @@ void GpuTracker::reset_after_fork() noexcept {
   since_record_.store(0);
   poller_started_.store(false);
   poller_idle_.store(false);
+  poll_not_ready_at_.store(kNoLaunchCount);
+  poll_declined_at_.store(kNoLaunchCount);
+  poll_checked_ns_.store(0);
 }
 
 void GpuTracker::stream_destroyed(CUstream stream) noexcept {
@@ -110,7 +114,12 @@ void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
   if (scope == SyncScope::kStream && tail != stream) return;
   if (tail == CU_STREAM_PER_THREAD) {
     if (scope == SyncScope::kUnnamedStream) return;
-    // The synced stream's own handle, or another thread's: the legacy stream.
+    // The handle means the caller's own stream: it holds the tail only if
+    // the caller launched it. A whole context's sync records on the legacy
+    // stream, which waits for the per-thread streams' work.
+    if (scope == SyncScope::kStream &&
+        launch_gate_thread_last_launch_ns() != tail_last_ns_.load(std::memory_order_relaxed))
+      return;
     tail = scope == SyncScope::kStream ? stream : nullptr;
   }
   CUcontext current = nullptr;
@@ -127,16 +136,54 @@ void GpuTracker::after_sync() noexcept {
   complete_done_batches(st->usage->gpus[gpu_]);
 }
 
-void GpuTracker::before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept {
-  if (!poller_started_.load(std::memory_order_acquire) || !has_tail()) return;
-  if (now < tail_last_ns_.load(std::memory_order_relaxed) + kPollQuietNs) return;
-  before_sync(stream, scope);
+std::uint64_t GpuTracker::before_poll(CUstream stream, SyncScope scope,
+                                      std::uint64_t now) noexcept {
+  const std::uint64_t launches = submitted_count();
+  if (!poller_started_.load(std::memory_order_acquire)) return launches;  // never launched here
+  const PollView view{.has_tail = has_tail(),
+                      .launches = launches,
+                      .not_ready_at = poll_not_ready_at_.load(std::memory_order_relaxed),
+                      .declined_at = poll_declined_at_.load(std::memory_order_relaxed),
+                      .tail_last_ns = tail_last_ns_.load(std::memory_order_relaxed),
+                      .now_ns = now};
+  if (poll_records_tail(view)) record_tail_for_poll(stream, scope, launches);
+  return launches;
 }
 
-void GpuTracker::after_poll() noexcept {
-  if (recorded_count_.load(std::memory_order_acquire) <= completed_.load(std::memory_order_acquire))
-    return;  // no recorded batch pending
-  after_sync();
+void GpuTracker::record_tail_for_poll(CUstream stream, SyncScope scope,
+                                      std::uint64_t launches) noexcept {
+  before_sync(stream, scope);
+  // Not recorded (another stream's tail, a capture, a record that failed):
+  // not tried again before the next launch.
+  if (recorded_count_.load(std::memory_order_acquire) < launches)
+    poll_declined_at_.store(launches, std::memory_order_relaxed);
+}
+
+void GpuTracker::after_poll(CUstream stream, SyncScope scope, CUresult rc,
+                            std::uint64_t launches_before) noexcept {
+  if (rc == CUDA_ERROR_NOT_READY) {
+    poll_not_ready_at_.store(launches_before, std::memory_order_relaxed);
+    const std::uint64_t tail_last = tail_last_ns_.load(std::memory_order_relaxed);
+    const PollView view{.has_tail = has_tail(),
+                        .launches = submitted_count(),
+                        .declined_at = poll_declined_at_.load(std::memory_order_relaxed)};
+    if (pending_query_records_tail(view, launch_gate_thread_last_launch_ns() == tail_last))
+      record_tail_for_poll(stream, scope, view.launches);
+    return;
+  }
+  // Found done: the next launch starts a new spell if the batches are
+  // completed now. Only with the tail recorded (it is, once the process
+  // waited by polling), and a recorded batch pending.
+  if (rc != CUDA_SUCCESS || has_tail() ||
+      recorded_count_.load(std::memory_order_acquire) <= completed_.load(std::memory_order_acquire))
+    return;
+  const std::uint64_t now = gate_now_ns();
+  if (now < poll_checked_ns_.load(std::memory_order_relaxed) + kPollQuietNs) return;
+  poll_checked_ns_.store(now, std::memory_order_relaxed);
+  const AllocationState* st = allocation_state();
+  // Waiting for the lock: the poller, woken by the same completion, often
+  // holds it, and a launch before it is done would fall inside the old spell.
+  if (st) complete_done_batches(st->usage->gpus[gpu_]);
 }
 
 bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
@@ -169,10 +216,10 @@ GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept {
   return tr;
 }
 
-GpuTracker* polling(CUstream stream, SyncScope scope) noexcept {
+Polling polling(CUstream stream, SyncScope scope) noexcept {
   GpuTracker* tr = current_tracker();
-  if (tr) tr->before_poll(stream, scope, gate_now_ns());
-  return tr;
+  if (!tr) return {};
+  return {.tracker = tr, .launches = tr->before_poll(stream, scope, gate_now_ns())};
 }
 
 void GpuTracker::launch_failed() noexcept {

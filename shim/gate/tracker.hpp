@@ -19,6 +19,7 @@
 
 #include "shim/driver/cuda_api.hpp"
 #include "shim/gate/estimate.hpp"
+#include "shim/gate/poll_wait.hpp"
 #include "shm/layout.hpp"
 
 namespace cushare::shim::gate {
@@ -33,11 +34,6 @@ inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per 
 // A batch of fewer launches over less than kRecordIntervalNs is mostly
 // measurement error (GpuTracker::complete_front_locked).
 inline constexpr std::uint64_t kSignificantBatch = 32;
-// A query of the application's work (cuStreamQuery, cuEventQuery) is taken
-// for a wait only once the process launched nothing for this long: a
-// process that keeps launching while another thread polls keeps its
-// batches as they are (docs/scheduler.md, "Synchronisation").
-inline constexpr std::uint64_t kPollQuietNs = 10'000;
 
 struct Batch {
   CUevent event = nullptr;
@@ -160,13 +156,20 @@ class GpuTracker {
   // not have woken yet).
   void before_sync(CUstream stream, SyncScope scope) noexcept;
   void after_sync() noexcept;
-  // The application polls for work of this process (SyncScope) at `now`
-  // (the gate's clock). Before: once no launch came for kPollQuietNs, the
-  // tail gets its event, as before a sync, so the poller sees its work
-  // complete when it does. After a query that found the work done: the
-  // batches whose events completed are completed (none pending: no lock).
-  void before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept;
-  void after_poll() noexcept;
+  // The application queries work of this process (SyncScope) at `now` (the
+  // gate's clock). Where poll_wait.hpp says the query is a wait, the tail
+  // gets its event first, as before a sync, so the poller sees the work
+  // complete when it does. Returns the launch count seen, for after_poll().
+  std::uint64_t before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept;
+  // The tail gets its event unless a query at this launch count already
+  // could not record it (then not again before the next launch).
+  void record_tail_for_poll(CUstream stream, SyncScope scope, std::uint64_t launches) noexcept;
+  // After the query answered `rc`: work found pending is remembered for the
+  // next query, and the tail recorded where poll_wait.hpp says; found done,
+  // with the tail recorded, the batches whose events completed are completed
+  // (at most once per kPollQuietNs).
+  void after_poll(CUstream stream, SyncScope scope, CUresult rc,
+                  std::uint64_t launches_before) noexcept;
   // Completes, in the calling thread, every batch at the front whose event
   // has completed; whether there was one.
   bool complete_done_batches(shm::GpuUsage& usage) noexcept;
@@ -233,6 +236,12 @@ class GpuTracker {
   std::atomic<std::uint32_t> progress_word_{0};     // bumped on every completed batch
   std::atomic<std::uint32_t> progress_waiters_{0};  // launching threads waiting on it
   std::atomic<bool> poller_idle_{false};
+  // Queries (poll_wait.hpp): the launch count when one last found the work
+  // pending, and when one last could not record the tail; when a query that
+  // found it done last looked at the batches.
+  std::atomic<std::uint64_t> poll_not_ready_at_{kNoLaunchCount};
+  std::atomic<std::uint64_t> poll_declined_at_{kNoLaunchCount};
+  std::atomic<std::uint64_t> poll_checked_ns_{0};
   unsigned gpu_ = 0;  // index in limits.gpus[] (bound once, at creation)
   std::atomic<bool> poller_started_{false};
 
@@ -306,9 +315,13 @@ void streams_destroying(CUstream stream) noexcept;
 // Around the application's synchronisation, for the GPU of the current
 // context. Returns the tracker to call after_sync() on (null: none).
 GpuTracker* syncing(CUstream stream, SyncScope scope) noexcept;
-// Around the application's query of its work (cuStreamQuery, cuEventQuery),
-// for the GPU of the current context. Returns the tracker to call
-// after_poll() on (null: none).
-GpuTracker* polling(CUstream stream, SyncScope scope) noexcept;
+// Before the application's query of its work (cuStreamQuery, cuEventQuery),
+// for the GPU of the current context: the tracker to call after_poll() on
+// (null: none) and the launch count it saw.
+struct Polling {
+  GpuTracker* tracker = nullptr;
+  std::uint64_t launches = 0;
+};
+Polling polling(CUstream stream, SyncScope scope) noexcept;
 
 }  // namespace cushare::shim::gate

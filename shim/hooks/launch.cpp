@@ -378,17 +378,19 @@ extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
                       [&] { return r.cuStreamSynchronize_ptsz(hStream); });
 }
 
-// Polling: a query that finds the work done ends a wait as a sync does, and
-// one made after the process stopped launching is where the wait begins
-// (gate/tracker.hpp, before_poll). Left to the poller, a tenant that polls
-// after every kernel is seen busy through its gaps until the poller records
-// its tail. Memory pools give nothing back at a query: no SyncOp.
+// Polling: a query made while the process waits for its work (the
+// launching thread's, or the second with no launch between:
+// gate/poll_wait.hpp) records the tail as a sync does, and one that finds
+// the work done completes it. Left to the poller,
+// a tenant that polls after every kernel is seen busy through its gaps
+// until the poller records its tail. Memory pools give nothing back at a
+// query: no SyncOp.
 namespace {
 template <typename Query>
 CUresult polled(CUstream stream, gate::SyncScope scope, Query&& query) {
-  gate::GpuTracker* tr = gate::polling(stream, scope);
+  const gate::Polling p = gate::polling(stream, scope);
   const CUresult rc = query();
-  if (tr && rc == CUDA_SUCCESS) tr->after_poll();
+  if (p.tracker) p.tracker->after_poll(stream, scope, rc, p.launches);
   return rc;
 }
 }  // namespace
@@ -400,7 +402,10 @@ extern "C" CUresult cuStreamQuery(CUstream hStream) {
 
 extern "C" CUresult cuStreamQuery_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamQuery_ptsz)
-  return polled(hStream, gate::SyncScope::kStream, [&] { return r.cuStreamQuery_ptsz(hStream); });
+  // Stream 0 is the caller's per-thread stream here, never the legacy one
+  // (a record there would be a barrier across the blocking streams).
+  return polled(hStream ? hStream : CU_STREAM_PER_THREAD, gate::SyncScope::kStream,
+                [&] { return r.cuStreamQuery_ptsz(hStream); });
 }
 
 extern "C" CUresult cuEventQuery(CUevent hEvent) {

@@ -24,26 +24,34 @@ TEST(PollWait, NotBeforeTheProcessWasQuietForTheQuietTime) {
   EXPECT_FALSE(poll_records_tail(waiting(kT)));
 }
 
+// A second query long after the last launch, but one thing differs.
+PollView later_with(PollView (*change)(PollView)) {
+  return change(waiting(kT + 1'000'000));
+}
+
 TEST(PollWait, TheFirstQueryIsNoWait) {
   // An allocator that looks at an event once per allocation never found
   // work pending with no launch since.
-  PollView v = waiting(kT + 1'000'000);
-  v.not_ready_at = kNoLaunchCount;
-  EXPECT_FALSE(poll_records_tail(v));
+  EXPECT_FALSE(poll_records_tail(later_with([](PollView v) {
+    v.not_ready_at = kNoLaunchCount;
+    return v;
+  })));
 }
 
 TEST(PollWait, ALaunchBetweenTwoQueriesMakesTheSecondNoWait) {
   // A thread that keeps launching while another polls: the batches stay as
   // they are.
-  PollView v = waiting(kT + 1'000'000);
-  v.not_ready_at = 39;
-  EXPECT_FALSE(poll_records_tail(v));
+  EXPECT_FALSE(poll_records_tail(later_with([](PollView v) {
+    v.not_ready_at = 39;
+    return v;
+  })));
 }
 
 TEST(PollWait, NothingToRecordWithoutATail) {
-  PollView v = waiting(kT + 1'000'000);
-  v.has_tail = false;
-  EXPECT_FALSE(poll_records_tail(v));
+  EXPECT_FALSE(poll_records_tail(later_with([](PollView v) {
+    v.has_tail = false;
+    return v;
+  })));
 }
 
 TEST(PollWait, ATailThatCouldNotBeRecordedWaitsForTheNextLaunch) {

@@ -19,9 +19,11 @@ CUresult launch_gate_enter(CUstream stream) noexcept;
 // account the submission and track in-flight work.
 void launch_gate_exit(CUstream stream, CUresult launch_result) noexcept;
 
-// The gate's clock reading at the calling thread's last gated launch (0:
-// none). Equal to a tracker's last launch stamp, the caller made that
-// launch: a per-thread default stream's handle means its own stream.
+// The gate's clock reading when the calling thread last entered the gate
+// for a launch on any GPU (0: never; a launch that then failed too). Equal
+// to a tracker's last launch stamp, the caller (almost surely) made that
+// launch; a thread whose last launch failed or went to another GPU is taken
+// for another thread, which only leaves a tail to the poller.
 std::uint64_t launch_gate_thread_last_launch_ns() noexcept;
 
 }  // namespace cushare::shim

@@ -37,15 +37,27 @@ constexpr bool poll_records_tail(const PollView& v) noexcept {
          v.now_ns >= v.tail_last_ns + kPollQuietNs;
 }
 
-// Whether a query that found the work pending records the tail now: the
+// The querying thread's own history on the GPU.
+struct QueryingThread {
+  bool made_last_launch = false;  // it made the last launch counted
+  // After its last record for a pending query it queried again, whatever
+  // the answer, before it launched (it was waiting); true before any.
+  bool waited_last_time = true;
+  bool pending_before = false;  // a query of it found work pending at this launch count already
+};
+
+// Whether a query that found the work pending records the tail now. The
 // thread that made the last launch waits for it (a loop that launches, then
-// polls). Recorded while the work still runs, the tail's event dates its
+// polls): recorded while the work still runs, the tail's event dates its
 // completion on the GPU's clock; recorded at a later query, after the work
 // completed, it would date it at that query (a loop sleeping ~100 us between
 // queries of 100 us kernels was charged ~26 us a kernel of its idle time).
-// At most one record per launch, in threads that launch and then query.
-constexpr bool pending_query_records_tail(const PollView& v, bool made_last_launch) noexcept {
-  return v.has_tail && made_last_launch && v.declined_at != v.launches;
+// A thread that queried once and launched again instead (an allocator
+// looking at its blocks' events before each launch) was not waiting: it
+// records again only at a second pending query at one launch count.
+constexpr bool pending_query_records_tail(const PollView& v, const QueryingThread& t) noexcept {
+  return v.has_tail && t.made_last_launch && v.declined_at != v.launches &&
+         (t.waited_last_time || t.pending_before);
 }
 
 }  // namespace cushare::shim::gate

@@ -106,27 +106,39 @@ void GpuTracker::stream_destroyed(CUstream stream) noexcept {
 }
 
 void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
-  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
-  if (!has_tail()) return;
+  record_tail(stream, scope);
+}
+
+TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
+  if (!poller_started_.load(std::memory_order_acquire)) return TailRecord::kNothing;
+  if (!has_tail()) return TailRecord::kNothing;
+  // Another stream's tail, without the lock (a query of an idle stream
+  // beside a busy one is common).
+  if (scope == SyncScope::kStream && tail_stream_.load(std::memory_order_relaxed) != stream)
+    return TailRecord::kNotHere;
   std::lock_guard lock(mu_);
-  if (!has_tail()) return;
+  const std::uint64_t end = submitted_count();
+  if (end <= recorded_count_.load(std::memory_order_relaxed)) return TailRecord::kNothing;
   CUstream tail = tail_stream_.load(std::memory_order_relaxed);
-  if (scope == SyncScope::kStream && tail != stream) return;
+  if (scope == SyncScope::kStream && tail != stream) return TailRecord::kNotHere;
   if (tail == CU_STREAM_PER_THREAD) {
-    if (scope == SyncScope::kUnnamedStream) return;
+    if (scope == SyncScope::kUnnamedStream) return TailRecord::kNotHere;
     // The handle means the caller's own stream: it holds the tail only if
     // the caller launched it. A whole context's sync records on the legacy
     // stream, which waits for the per-thread streams' work.
     if (scope == SyncScope::kStream &&
         launch_gate_thread_last_launch_ns() != tail_last_ns_.load(std::memory_order_relaxed))
-      return;
+      return TailRecord::kNotHere;
     tail = scope == SyncScope::kStream ? stream : nullptr;
   }
   CUcontext current = nullptr;
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
-  if (!ctx_ || current != ctx_ || stream_is_capturing(tail)) return;
+  if (!ctx_ || current != ctx_) return TailRecord::kNotHere;
+  if (stream_is_capturing(tail)) return TailRecord::kCannot;
   const AllocationState* st = allocation_state();
   record_locked(tail, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+  return recorded_count_.load(std::memory_order_relaxed) >= end ? TailRecord::kRecorded
+                                                                : TailRecord::kCannot;
 }
 
 void GpuTracker::after_sync() noexcept {
@@ -135,6 +147,19 @@ void GpuTracker::after_sync() noexcept {
   if (!st) return;
   complete_done_batches(st->usage->gpus[gpu_]);
 }
+
+namespace {
+// This thread's queries on each GPU (poll_wait.hpp, QueryingThread): the
+// launch count at its last record for a pending query, whether it queried
+// again at that count before it launched, and the count at its last query
+// that found work pending.
+struct ThreadQueries {
+  std::uint64_t recorded_at = kNoLaunchCount;
+  bool waited = true;
+  std::uint64_t pending_at = kNoLaunchCount;
+};
+thread_local std::array<ThreadQueries, shm::kMaxGpus> t_queries;
+}  // namespace
 
 std::uint64_t GpuTracker::before_poll(CUstream stream, SyncScope scope,
                                       std::uint64_t now) noexcept {
@@ -150,25 +175,39 @@ std::uint64_t GpuTracker::before_poll(CUstream stream, SyncScope scope,
   return launches;
 }
 
-void GpuTracker::record_tail_for_poll(CUstream stream, SyncScope scope,
+bool GpuTracker::record_tail_for_poll(CUstream stream, SyncScope scope,
                                       std::uint64_t launches) noexcept {
-  before_sync(stream, scope);
-  // Not recorded (another stream's tail, a capture, a record that failed):
-  // not tried again before the next launch.
-  if (recorded_count_.load(std::memory_order_acquire) < launches)
-    poll_declined_at_.store(launches, std::memory_order_relaxed);
+  const TailRecord done = record_tail(stream, scope);
+  // A capture, or a record the driver refused: not tried again before the
+  // next launch (a polling loop would retry at every query). A tail this
+  // call cannot cover (another stream's, another thread's per-thread
+  // stream, another context) may be covered by another thread's query.
+  if (done == TailRecord::kCannot) poll_declined_at_.store(launches, std::memory_order_relaxed);
+  return done == TailRecord::kRecorded;
 }
 
 void GpuTracker::after_poll(CUstream stream, SyncScope scope, CUresult rc,
                             std::uint64_t launches_before) noexcept {
+  ThreadQueries& mine = t_queries[gpu_];
+  // Queried again after its record, found pending or done: it was waiting.
+  if (mine.recorded_at == launches_before) mine.waited = true;
   if (rc == CUDA_ERROR_NOT_READY) {
-    poll_not_ready_at_.store(launches_before, std::memory_order_relaxed);
+    if (poll_not_ready_at_.load(std::memory_order_relaxed) != launches_before)
+      poll_not_ready_at_.store(launches_before, std::memory_order_relaxed);
+    if (!poller_started_.load(std::memory_order_acquire)) return;
+    const std::uint64_t launches = submitted_count();
     const std::uint64_t tail_last = tail_last_ns_.load(std::memory_order_relaxed);
     const PollView view{.has_tail = has_tail(),
-                        .launches = submitted_count(),
+                        .launches = launches,
                         .declined_at = poll_declined_at_.load(std::memory_order_relaxed)};
-    if (pending_query_records_tail(view, launch_gate_thread_last_launch_ns() == tail_last))
-      record_tail_for_poll(stream, scope, view.launches);
+    const QueryingThread me{.made_last_launch = launch_gate_thread_last_launch_ns() == tail_last,
+                            .waited_last_time = mine.waited,
+                            .pending_before = mine.pending_at == launches};
+    mine.pending_at = launches;
+    if (pending_query_records_tail(view, me) && record_tail_for_poll(stream, scope, launches)) {
+      mine.recorded_at = launches;
+      mine.waited = false;
+    }
     return;
   }
   // Found done: the next launch starts a new spell if the batches are
@@ -178,8 +217,10 @@ void GpuTracker::after_poll(CUstream stream, SyncScope scope, CUresult rc,
       recorded_count_.load(std::memory_order_acquire) <= completed_.load(std::memory_order_acquire))
     return;
   const std::uint64_t now = gate_now_ns();
-  if (now < poll_checked_ns_.load(std::memory_order_relaxed) + kPollQuietNs) return;
-  poll_checked_ns_.store(now, std::memory_order_relaxed);
+  std::uint64_t checked = poll_checked_ns_.load(std::memory_order_relaxed);
+  if (now < checked + kPollQuietNs ||
+      !poll_checked_ns_.compare_exchange_strong(checked, now, std::memory_order_relaxed))
+    return;
   const AllocationState* st = allocation_state();
   // Waiting for the lock: the poller, woken by the same completion, often
   // holds it, and a launch before it is done would fall inside the old spell.

@@ -42,6 +42,14 @@ struct Batch {
   std::uint64_t last_submit_ns = 0;
 };
 
+// What a record of the tail before a wait came to.
+enum class TailRecord {
+  kRecorded,
+  kNothing,  // no tail (or nothing launched here)
+  kNotHere,  // this call cannot cover it: another stream's, thread's or context's
+  kCannot,   // a capture, or the driver refused the record
+};
+
 // What an application's synchronisation waits for.
 enum class SyncScope {
   kStream,   // one stream's work (cuStreamSynchronize)
@@ -155,15 +163,16 @@ class GpuTracker {
   // the sync starts a new spell and its idle gap is measured (the poller may
   // not have woken yet).
   void before_sync(CUstream stream, SyncScope scope) noexcept;
+  TailRecord record_tail(CUstream stream, SyncScope scope) noexcept;
   void after_sync() noexcept;
   // The application queries work of this process (SyncScope) at `now` (the
   // gate's clock). Where poll_wait.hpp says the query is a wait, the tail
   // gets its event first, as before a sync, so the poller sees the work
   // complete when it does. Returns the launch count seen, for after_poll().
   std::uint64_t before_poll(CUstream stream, SyncScope scope, std::uint64_t now) noexcept;
-  // The tail gets its event unless a query at this launch count already
-  // could not record it (then not again before the next launch).
-  void record_tail_for_poll(CUstream stream, SyncScope scope, std::uint64_t launches) noexcept;
+  // record_tail() for a query at launch count `launches`; whether it
+  // recorded. A capture or a refused record marks the count declined.
+  bool record_tail_for_poll(CUstream stream, SyncScope scope, std::uint64_t launches) noexcept;
   // After the query answered `rc`: work found pending is remembered for the
   // next query, and the tail recorded where poll_wait.hpp says; found done,
   // with the tail recorded, the batches whose events completed are completed

@@ -402,10 +402,7 @@ extern "C" CUresult cuStreamQuery(CUstream hStream) {
 
 extern "C" CUresult cuStreamQuery_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamQuery_ptsz)
-  // Stream 0 is the caller's per-thread stream here, never the legacy one
-  // (a record there would be a barrier across the blocking streams).
-  return polled(hStream ? hStream : CU_STREAM_PER_THREAD, gate::SyncScope::kStream,
-                [&] { return r.cuStreamQuery_ptsz(hStream); });
+  return polled(hStream, gate::SyncScope::kStream, [&] { return r.cuStreamQuery_ptsz(hStream); });
 }
 
 extern "C" CUresult cuEventQuery(CUevent hEvent) {

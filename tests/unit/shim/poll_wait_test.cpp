@@ -65,21 +65,32 @@ TEST(PollWait, ATailThatCouldNotBeRecordedWaitsForTheNextLaunch) {
 TEST(PollWait, TheLaunchingThreadsPendingQueryRecordsAtOnce) {
   // A loop that launches, then polls: recorded while the kernel runs, the
   // tail's event dates its completion.
-  const PollView v{.has_tail = true, .launches = 40};
-  EXPECT_TRUE(pending_query_records_tail(v, true));
+  EXPECT_TRUE(
+      pending_query_records_tail({.has_tail = true, .launches = 40}, {.made_last_launch = true}));
 }
 
 TEST(PollWait, AnotherThreadsPendingQueryDoesNot) {
   // An event manager's thread beside the launching one: the second-query
   // rule above decides for it.
-  const PollView v{.has_tail = true, .launches = 40};
-  EXPECT_FALSE(pending_query_records_tail(v, false));
+  EXPECT_FALSE(pending_query_records_tail({.has_tail = true, .launches = 40},
+                                          {.made_last_launch = false, .pending_before = true}));
+}
+
+TEST(PollWait, AThreadThatLaunchedInsteadOfWaitingRecordsOnlyAtASecondQuery) {
+  // An allocator that looks at its blocks' events before each launch: after
+  // one record it launched again without querying, so one query is no wait.
+  const PollView v{.has_tail = true, .launches = 41};
+  EXPECT_FALSE(
+      pending_query_records_tail(v, {.made_last_launch = true, .waited_last_time = false}));
+  EXPECT_TRUE(pending_query_records_tail(
+      v, {.made_last_launch = true, .waited_last_time = false, .pending_before = true}));
 }
 
 TEST(PollWait, APendingQueryRecordsNothingThatIsRecordedOrCouldNotBe) {
-  EXPECT_FALSE(pending_query_records_tail({.has_tail = false, .launches = 40}, true));
+  const QueryingThread me{.made_last_launch = true};
+  EXPECT_FALSE(pending_query_records_tail({.has_tail = false, .launches = 40}, me));
   EXPECT_FALSE(
-      pending_query_records_tail({.has_tail = true, .launches = 40, .declined_at = 40}, true));
+      pending_query_records_tail({.has_tail = true, .launches = 40, .declined_at = 40}, me));
 }
 
 }  // namespace

@@ -381,10 +381,9 @@ extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
 // Polling: a query made while the process waits for its work (the
 // launching thread's, or the second with no launch between:
 // gate/poll_wait.hpp) records the tail as a sync does, and one that finds
-// the work done completes it. Left to the poller,
-// a tenant that polls after every kernel is seen busy through its gaps
-// until the poller records its tail. Memory pools give nothing back at a
-// query: no SyncOp.
+// the work done completes it. Left to the poller, a tenant that polls after
+// every kernel is seen busy through its gaps until the poller records its
+// tail. Memory pools give nothing back at a query: no SyncOp.
 namespace {
 template <typename Query>
 CUresult polled(CUstream stream, gate::SyncScope scope, Query&& query) {

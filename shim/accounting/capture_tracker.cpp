@@ -14,7 +14,13 @@ constinit std::atomic<std::uint64_t> g_captured_bytes[kMaxCaptures] = {};
 constinit std::atomic<unsigned> g_overflow{0};
 constinit std::atomic<CaptureStatusQuery> g_query{nullptr};
 
+// Any address unique to the thread, apart from every driver handle.
+thread_local constinit char t_per_thread_stream_key = 0;
+
 std::uintptr_t key_of(CUstream s) {
+  // The handle of the per-thread default stream names the caller's own
+  // stream: each thread's capture of it is a capture of its own.
+  if (s == CU_STREAM_PER_THREAD) return reinterpret_cast<std::uintptr_t>(&t_per_thread_stream_key);
   // The legacy default stream cannot be captured; 0 marks free entries.
   return reinterpret_cast<std::uintptr_t>(s);
 }

@@ -97,7 +97,7 @@ extern "C" CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int sharedMemBytes, CUstream hStream,
                                         void** kernelParams, void** extra) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernel_ptsz)
-  return gated(hStream, [&] {
+  return gated(per_thread_default(hStream), [&] {
     return r.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
                                  sharedMemBytes, hStream, kernelParams, extra);
   });
@@ -113,7 +113,7 @@ extern "C" CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
 extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                           void** kernelParams, void** extra) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchKernelEx_ptsz)
-  return gated(config ? config->hStream : nullptr,
+  return gated(per_thread_default(config ? config->hStream : nullptr),
                [&] { return r.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra); });
 }
 
@@ -136,7 +136,7 @@ extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
                                                    unsigned int sharedMemBytes, CUstream hStream,
                                                    void** kernelParams) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuLaunchCooperativeKernel_ptsz)
-  return gated(hStream, [&] {
+  return gated(per_thread_default(hStream), [&] {
     return r.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                                             blockDimZ, sharedMemBytes, hStream, kernelParams);
   });
@@ -162,7 +162,7 @@ extern "C" CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 
 extern "C" CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphLaunch_ptsz)
-  return graph_run(hGraphExec, hStream, true,
+  return graph_run(hGraphExec, per_thread_default(hStream), true,
                    [&] { return r.cuGraphLaunch_ptsz(hGraphExec, hStream); });
 }
 
@@ -174,7 +174,7 @@ extern "C" CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
 
 extern "C" CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphUpload_ptsz)
-  return graph_run(hGraphExec, hStream, false,
+  return graph_run(hGraphExec, per_thread_default(hStream), false,
                    [&] { return r.cuGraphUpload_ptsz(hGraphExec, hStream); });
 }
 
@@ -237,7 +237,8 @@ extern "C" CUresult cuStreamBeginCapture(CUstream hStream) {
 
 extern "C" CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture_ptsz)
-  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_ptsz(hStream); });
+  return begin_capture(per_thread_default(hStream),
+                       [&] { return r.cuStreamBeginCapture_ptsz(hStream); });
 }
 
 extern "C" CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
@@ -247,7 +248,8 @@ extern "C" CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMod
 
 extern "C" CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCapture_v2_ptsz)
-  return begin_capture(hStream, [&] { return r.cuStreamBeginCapture_v2_ptsz(hStream, mode); });
+  return begin_capture(per_thread_default(hStream),
+                       [&] { return r.cuStreamBeginCapture_v2_ptsz(hStream, mode); });
 }
 
 extern "C" CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
@@ -267,7 +269,7 @@ extern "C" CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph h
                                                      size_t numDependencies,
                                                      CUstreamCaptureMode mode) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamBeginCaptureToGraph_ptsz)
-  return begin_capture(hStream, [&] {
+  return begin_capture(per_thread_default(hStream), [&] {
     return r.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
                                               numDependencies, mode);
   });
@@ -280,7 +282,8 @@ extern "C" CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
 
 extern "C" CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamEndCapture_ptsz)
-  return end_capture(hStream, phGraph, [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
+  return end_capture(per_thread_default(hStream), phGraph,
+                     [&] { return r.cuStreamEndCapture_ptsz(hStream, phGraph); });
 }
 
 // Stream destruction: the gate may still need the handle for a tail of
@@ -374,7 +377,7 @@ extern "C" CUresult cuStreamSynchronize(CUstream hStream) {
 
 extern "C" CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamSynchronize_ptsz)
-  return synchronised(hStream, gate::SyncScope::kStream,
+  return synchronised(per_thread_default(hStream), gate::SyncScope::kStream,
                       [&] { return r.cuStreamSynchronize_ptsz(hStream); });
 }
 
@@ -401,7 +404,8 @@ extern "C" CUresult cuStreamQuery(CUstream hStream) {
 
 extern "C" CUresult cuStreamQuery_ptsz(CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuStreamQuery_ptsz)
-  return polled(hStream, gate::SyncScope::kStream, [&] { return r.cuStreamQuery_ptsz(hStream); });
+  return polled(per_thread_default(hStream), gate::SyncScope::kStream,
+                [&] { return r.cuStreamQuery_ptsz(hStream); });
 }
 
 extern "C" CUresult cuEventQuery(CUevent hEvent) {

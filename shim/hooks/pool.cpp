@@ -17,7 +17,8 @@ extern "C" CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream
 extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocAsync_ptsz)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocAsync_ptsz(dptr, bytesize, hStream))
-  return pool_alloc(*st, dptr, bytesize, nullptr, hStream, "cuMemAllocAsync_ptsz",
+  return pool_alloc(*st, dptr, bytesize, nullptr, per_thread_default(hStream),
+                    "cuMemAllocAsync_ptsz",
                     [&] { return r.cuMemAllocAsync_ptsz(dptr, bytesize, hStream); });
 }
 
@@ -35,7 +36,8 @@ extern "C" CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemAllocFromPoolAsync_ptsz)
   CUSHARE_ACCOUNT_OR(r.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream))
   if (!pool) return r.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
-  return pool_alloc(*st, dptr, bytesize, pool, hStream, "cuMemAllocFromPoolAsync_ptsz",
+  return pool_alloc(*st, dptr, bytesize, pool, per_thread_default(hStream),
+                    "cuMemAllocFromPoolAsync_ptsz",
                     [&] { return r.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream); });
 }
 
@@ -46,7 +48,8 @@ extern "C" CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
 
 extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuMemFreeAsync_ptsz)
-  return async_free(dptr, hStream, [&] { return r.cuMemFreeAsync_ptsz(dptr, hStream); });
+  return async_free(dptr, per_thread_default(hStream),
+                    [&] { return r.cuMemFreeAsync_ptsz(dptr, hStream); });
 }
 
 extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {

@@ -523,6 +523,7 @@ FAKEGPU_API CUresult cuLaunchKernel FAKEGPU_LAUNCH_PARAMS {
   return launch(FAKEGPU_LAUNCH_ARGS);
 }
 FAKEGPU_API CUresult cuLaunchKernel_ptsz FAKEGPU_LAUNCH_PARAMS {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return launch(FAKEGPU_LAUNCH_ARGS);
 }
 
@@ -532,6 +533,7 @@ FAKEGPU_API CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f
 }
 FAKEGPU_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                            void** kernelParams, void** extra) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return launch_ex(config, f, kernelParams, extra);
 }
 
@@ -544,6 +546,7 @@ FAKEGPU_API CUresult cuLaunchCooperativeKernel FAKEGPU_COOP_PARAMS {
                 hStream, kernelParams, nullptr);
 }
 FAKEGPU_API CUresult cuLaunchCooperativeKernel_ptsz FAKEGPU_COOP_PARAMS {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
                 hStream, kernelParams, nullptr);
 }
@@ -552,6 +555,7 @@ FAKEGPU_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userD
   return host_call(hStream, fn, nullptr, userData);
 }
 FAKEGPU_API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return host_call(hStream, fn, nullptr, userData);
 }
 FAKEGPU_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
@@ -561,6 +565,7 @@ FAKEGPU_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback call
 }
 FAKEGPU_API CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
                                               void* userData, unsigned int flags) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuStreamAddCallback(hStream, callback, userData, flags);
 }
 
@@ -605,12 +610,14 @@ FAKEGPU_API CUresult cuStreamSynchronize(CUstream hStream) {
   return stream_sync(hStream);
 }
 FAKEGPU_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return stream_sync(hStream);
 }
 FAKEGPU_API CUresult cuStreamQuery(CUstream hStream) {
   return stream_query(hStream);
 }
 FAKEGPU_API CUresult cuStreamQuery_ptsz(CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return stream_query(hStream);
 }
 
@@ -644,6 +651,7 @@ FAKEGPU_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigne
   return stream_wait_event(hStream, hEvent, Flags);
 }
 FAKEGPU_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return stream_wait_event(hStream, hEvent, Flags);
 }
 
@@ -703,6 +711,7 @@ FAKEGPU_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
   return event_record(hEvent, hStream, 0);
 }
 FAKEGPU_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return event_record(hEvent, hStream, 0);
 }
 FAKEGPU_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
@@ -710,6 +719,7 @@ FAKEGPU_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, un
 }
 FAKEGPU_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                                                  unsigned int flags) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return event_record(hEvent, hStream, flags);
 }
 

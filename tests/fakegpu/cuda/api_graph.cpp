@@ -98,12 +98,14 @@ GraphNode* add_node(Graph* g, CUgraphNodeType type, uint64_t ns) {
 
 CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  if (is_builtin_stream(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // A per-thread default stream may be captured; the legacy one may not.
+  if (names_legacy_stream(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   s->graph = new_graph();
   s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  capture_state_changed(s, true);
   s->capture_mode = mode;
   s->capture_id = next_capture_id++;
   return CUDA_SUCCESS;
@@ -121,11 +123,13 @@ CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
   for (Stream* j : s->capture_joined) {
     if (j->capture_joined_ops < j->capture_ops) unjoined = true;
     j->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    capture_state_changed(j, false);
     j->graph = nullptr;
     j->capture_origin = nullptr;
   }
   s->capture_joined.clear();
   s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  capture_state_changed(s, false);
   Graph* g = std::exchange(s->graph, nullptr);
   if (unjoined) {
     *phGraph = nullptr;  // the capture is invalidated; its graph is gone
@@ -327,6 +331,7 @@ CUresult capture_wait_event(Stream* s, Event* e) {
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
     // The fork: s joins the capture.
     s->capture = origin->capture;
+    capture_state_changed(s, true);
     s->capture_mode = origin->capture_mode;
     s->capture_id = origin->capture_id;
     s->graph = origin->graph;
@@ -348,18 +353,21 @@ FAKEGPU_API CUresult cuStreamBeginCapture(CUstream hStream) {
   return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 FAKEGPU_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 FAKEGPU_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   return begin_capture(hStream, mode);
 }
 FAKEGPU_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return begin_capture(hStream, mode);
 }
 FAKEGPU_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return end_capture(hStream, phGraph);
 }
 FAKEGPU_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return end_capture(hStream, phGraph);
 }
 FAKEGPU_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
@@ -367,6 +375,7 @@ FAKEGPU_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus
 }
 FAKEGPU_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
                                               CUstreamCaptureStatus* captureStatus) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return is_capturing(hStream, captureStatus);
 }
 FAKEGPU_API CUresult cuStreamGetCaptureInfo_v2(CUstream hStream,
@@ -382,6 +391,7 @@ FAKEGPU_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
                                                     cuuint64_t* id_out, CUgraph* graph_out,
                                                     const CUgraphNode** dependencies_out,
                                                     size_t* numDependencies_out) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
                       numDependencies_out);
 }
@@ -401,6 +411,7 @@ FAKEGPU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
                                                     const CUgraphNode** dependencies_out,
                                                     const CUgraphEdgeData** edgeData_out,
                                                     size_t* numDependencies_out) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   if (edgeData_out) *edgeData_out = nullptr;
   return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
                       numDependencies_out);
@@ -497,6 +508,7 @@ FAKEGPU_API CUresult cuGraphInstantiateWithParams(
 }
 FAKEGPU_API CUresult cuGraphInstantiateWithParams_ptsz(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
 }
 
@@ -511,12 +523,14 @@ FAKEGPU_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   return graph_launch(hGraphExec, hStream);
 }
 FAKEGPU_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return graph_launch(hGraphExec, hStream);
 }
 FAKEGPU_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
   return graph_upload(hGraphExec, hStream);
 }
 FAKEGPU_API CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return graph_upload(hGraphExec, hStream);
 }
 

@@ -35,6 +35,7 @@ FAKEGPU_API CUresult cuStreamGetCaptureInfo(CUstream hStream,
 FAKEGPU_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream,
                                                  CUstreamCaptureStatus* captureStatus_out,
                                                  cuuint64_t* id_out) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr);
 }
 

@@ -50,6 +50,7 @@ FAKEGPU_API CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevi
 }
 FAKEGPU_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
                                              CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuMemPrefetchAsync(devPtr, count, dstDevice, hStream);
 }
 FAKEGPU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
@@ -60,6 +61,7 @@ FAKEGPU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUm
 FAKEGPU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
                                                 CUmemLocation location, unsigned int flags,
                                                 CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
 }
 FAKEGPU_API CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
@@ -83,6 +85,7 @@ FAKEGPU_API CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgree
 }
 FAKEGPU_API CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx,
                                             CUgreenCtx* pGreenCtx) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
 }
 

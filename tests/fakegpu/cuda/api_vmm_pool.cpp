@@ -618,6 +618,7 @@ FAKEGPU_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstrea
   return alloc_async(dptr, bytesize, hStream);
 }
 FAKEGPU_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return alloc_async(dptr, bytesize, hStream);
 }
 FAKEGPU_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
@@ -626,11 +627,13 @@ FAKEGPU_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
 }
 FAKEGPU_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                   CUmemoryPool pool, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return alloc_from_pool(dptr, bytesize, pool, hStream);
 }
 FAKEGPU_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, hStream);
 }
 FAKEGPU_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  const fakegpu::PerThreadDefaultStream per_thread_default_stream{};
   return free_async(dptr, hStream);
 }

@@ -26,6 +26,13 @@ void destroy_context_state(Context* ctx) {
     }
   }
   free_owned_regions(ctx);
+  // Threads get fresh per-thread default streams in a recreated primary
+  // context (the old ones stay allocated: a call in flight may hold one).
+  {
+    std::lock_guard<std::mutex> guard(ctx->per_thread_mu);
+    ctx->per_thread_streams.clear();
+  }
+  ctx->blocking_captures = 0;
 }
 
 }  // namespace fakegpu

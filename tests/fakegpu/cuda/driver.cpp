@@ -124,14 +124,58 @@ bool context_alive(const Context* ctx) {
   return is_handle(ctx, HandleKind::context);
 }
 
+namespace {
+
+thread_local bool tls_null_is_per_thread = false;
+
+Stream* per_thread_stream(Context& ctx) {
+  // Apart from the ids of created streams (no lock shared with them).
+  static std::atomic<uint64_t> next_per_thread_id{uint64_t{1} << 62};
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> guard(ctx.per_thread_mu);
+  Stream*& s = ctx.per_thread_streams[me];
+  if (s == nullptr) {
+    s = new Stream();
+    s->ctx = &ctx;
+    s->id = next_per_thread_id.fetch_add(1);
+  }
+  return s;
+}
+
+}  // namespace
+
+PerThreadDefaultStream::PerThreadDefaultStream() : outer_(tls_null_is_per_thread) {
+  tls_null_is_per_thread = true;
+}
+
+PerThreadDefaultStream::~PerThreadDefaultStream() {
+  tls_null_is_per_thread = outer_;
+}
+
 bool is_builtin_stream(CUstream stream) {
   return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
+
+bool names_legacy_stream(CUstream stream) {
+  return stream == CU_STREAM_LEGACY || (stream == nullptr && !tls_null_is_per_thread);
+}
+
+void capture_state_changed(Stream* s, bool capturing) {
+  if (s->flags & CU_STREAM_NON_BLOCKING) return;
+  s->ctx->blocking_captures.fetch_add(capturing ? 1 : -1);
 }
 
 CUresult resolve_stream(CUstream stream, Stream** out) {
   if (is_builtin_stream(stream)) {
     Context* ctx = current_context();
     if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!names_legacy_stream(stream)) {
+      *out = per_thread_stream(*ctx);
+      return CUDA_SUCCESS;
+    }
+    // Its work would wait for the capturing streams' (the driver's
+    // "implicit dependency"): refused until their captures end.
+    if (ctx->blocking_captures.load() > 0) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     *out = &ctx->default_stream;
     return CUDA_SUCCESS;
   }

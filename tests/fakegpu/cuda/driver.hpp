@@ -13,6 +13,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "tests/fakegpu/core/config.hpp"
@@ -23,14 +25,16 @@
 
 #define FAKEGPU_API extern "C" __attribute__((visibility("default")))
 // An entry point and its per-thread default stream twin (_ptds for the
-// synchronous forms, _ptsz for the stream-taking ones): fakegpu's default
-// streams are one stream per context, so both do the same.
-#define FAKEGPU_WITH_PER_THREAD(suffix, ret, name, params, call) \
-  FAKEGPU_API ret name params {                                  \
-    return call;                                                 \
-  }                                                              \
-  FAKEGPU_API ret name##suffix params {                          \
-    return call;                                                 \
+// synchronous forms, _ptsz for the stream-taking ones): the same call, in
+// which the NULL stream is the calling thread's per-thread default stream
+// rather than the legacy one.
+#define FAKEGPU_WITH_PER_THREAD(suffix, ret, name, params, call)       \
+  FAKEGPU_API ret name params {                                        \
+    return call;                                                       \
+  }                                                                    \
+  FAKEGPU_API ret name##suffix params {                                \
+    const fakegpu::PerThreadDefaultStream per_thread_default_stream{}; \
+    return call;                                                       \
   }
 #define FAKEGPU_SYNC_AND_PTDS(...) FAKEGPU_WITH_PER_THREAD(_ptds, __VA_ARGS__)
 #define FAKEGPU_ASYNC_AND_PTSZ(...) FAKEGPU_WITH_PER_THREAD(_ptsz, __VA_ARGS__)
@@ -72,8 +76,29 @@ struct Context {
   std::atomic<bool> active{true};
   unsigned flags = 0;
   uint64_t id = 0;
-  Stream default_stream;  // legacy NULL stream and per-thread default streams share it
+  Stream default_stream;  // the legacy default stream (NULL, CU_STREAM_LEGACY)
+  // Per-thread default streams (CU_STREAM_PER_THREAD, and NULL in a _ptsz or
+  // _ptds entry point): one per thread, made at its first use. Never freed,
+  // as other streams: a call in flight may still hold one.
+  std::mutex per_thread_mu;
+  std::unordered_map<std::thread::id, Stream*> per_thread_streams;
+  // Blocking streams of this context in a capture: the legacy stream, whose
+  // work would wait for theirs, cannot be used meanwhile.
+  std::atomic<int> blocking_captures{0};
   std::atomic<uint64_t> last_seq{0};
+};
+
+// While one lives, the NULL stream names the calling thread's per-thread
+// default stream (the _ptsz/_ptds twins of the entry points hold one).
+class PerThreadDefaultStream {
+ public:
+  PerThreadDefaultStream();
+  ~PerThreadDefaultStream();
+  PerThreadDefaultStream(const PerThreadDefaultStream&) = delete;
+  PerThreadDefaultStream& operator=(const PerThreadDefaultStream&) = delete;
+
+ private:
+  bool outer_;
 };
 
 struct Event {
@@ -218,9 +243,16 @@ Context* as_context(CUcontext ctx);
 bool context_alive(const Context* ctx);
 // The context owning `stream` (its own, or the current one for the NULL,
 // legacy and per-thread handles). Writes the Stream object to *out;
-// CUDA_ERROR_INVALID_HANDLE for anything but a live stream or a built-in one.
+// CUDA_ERROR_INVALID_HANDLE for anything but a live stream or a built-in one,
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a blocking
+// stream of its context is capturing.
 CUresult resolve_stream(CUstream stream, Stream** out);
 bool is_builtin_stream(CUstream stream);
+// Whether `stream` names the legacy default stream here (the NULL stream
+// outside a per-thread twin, or CU_STREAM_LEGACY).
+bool names_legacy_stream(CUstream stream);
+// A capture of `s` began or ended: counts it for the legacy stream's rule.
+void capture_state_changed(Stream* s, bool capturing);
 
 // Appends work to a context's queue, blocking like a full push buffer when the
 // queue is at FAKEGPU_QUEUE_DEPTH. Returns the sequence number in *seq.

@@ -322,6 +322,65 @@ TEST_F(Api, StreamsJoinACaptureThroughItsEventsAndMustBeJoinedBack) {
   for (CUstream s : {origin, forked, other}) cuStreamDestroy(s);
 }
 
+// The NULL stream of a _ptsz call, and CU_STREAM_PER_THREAD anywhere, is the
+// calling thread's own default stream: it can be captured (the legacy one
+// cannot), and while it or any blocking stream captures, the legacy stream
+// is unusable (its work would wait for the capture).
+TEST_F(Api, PerThreadDefaultStreamsAreEachThreadsOwnAndCapturable) {
+  using GetId = CUresult (*)(CUstream, unsigned long long*);
+  using BeginCapture = CUresult (*)(CUstream, CUstreamCaptureMode);
+  using EndCapture = CUresult (*)(CUstream, CUgraph*);
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  const auto get_id_ptsz = reinterpret_cast<GetId>(exported("cuStreamGetId_ptsz"));
+  const auto begin_ptsz = reinterpret_cast<BeginCapture>(exported("cuStreamBeginCapture_v2_ptsz"));
+  const auto end_ptsz = reinterpret_cast<EndCapture>(exported("cuStreamEndCapture_ptsz"));
+  const auto capturing_ptsz = reinterpret_cast<IsCapturing>(exported("cuStreamIsCapturing_ptsz"));
+  ASSERT_TRUE(get_id_ptsz && begin_ptsz && end_ptsz && capturing_ptsz);
+
+  unsigned long long legacy = 0, mine = 0, mine_ptsz = 0, theirs = 0;
+  ASSERT_EQ(cuStreamGetId(nullptr, &legacy), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamGetId(CU_STREAM_PER_THREAD, &mine), CUDA_SUCCESS);
+  ASSERT_EQ(get_id_ptsz(nullptr, &mine_ptsz), CUDA_SUCCESS);
+  std::thread([&] {
+    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamGetId(CU_STREAM_PER_THREAD, &theirs), CUDA_SUCCESS);
+  }).join();
+  EXPECT_EQ(mine, mine_ptsz);
+  EXPECT_NE(mine, legacy);
+  EXPECT_NE(mine, theirs);
+
+  EXPECT_EQ(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  ASSERT_EQ(begin_ptsz(nullptr, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_EQ(cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(cuStreamIsCapturing(nullptr, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(launch_spin(1'000), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  // Another thread's per-thread stream and a non-blocking stream run as usual.
+  std::thread([&] {
+    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    CUstreamCaptureStatus theirs_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    EXPECT_EQ(capturing_ptsz(nullptr, &theirs_status), CUDA_SUCCESS);
+    EXPECT_EQ(theirs_status, CU_STREAM_CAPTURE_STATUS_NONE);
+    EXPECT_EQ(launch_spin(1'000, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  }).join();
+  CUstream nonblocking;
+  ASSERT_EQ(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(launch_spin(1'000, nonblocking), CUDA_SUCCESS);
+  ASSERT_EQ(launch_spin(1'000, CU_STREAM_PER_THREAD), CUDA_SUCCESS);  // captured
+  CUgraph graph = nullptr;
+  ASSERT_EQ(end_ptsz(nullptr, &graph), CUDA_SUCCESS);
+  size_t nodes = 0;
+  ASSERT_EQ(cuGraphGetNodes(graph, nullptr, &nodes), CUDA_SUCCESS);
+  EXPECT_EQ(nodes, 1u);
+  EXPECT_EQ(launch_spin(1'000), CUDA_SUCCESS);  // the legacy stream is usable again
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  cuGraphDestroy(graph);
+  cuStreamDestroy(nonblocking);
+}
+
 TEST_F(Api, GraphMemoryComesFromTheDeviceGraphPool) {
   size_t free0, total;
   ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);

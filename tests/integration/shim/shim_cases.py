@@ -667,10 +667,8 @@ def case_gate_demand(h):
     check(read_demand(h) == 0, f"demand after reclaiming the killed waiter: {read_demand(h)}")
 
 
-def case_graph_memory(h):
-    """A captured graph's memory is reserved before cuGraphLaunch: refused over the
-    quota (the 80Gi device itself would have run it), launched once memory is freed."""
-    out, err = h.probe("--mode", "graph", "--step", str(2 * GI), "--max", str(2 * GI),
+def check_graph_memory(h, *flags):
+    out, err = h.probe("--mode", "graph", *flags, "--step", str(2 * GI), "--max", str(2 * GI),
                        extra=QUOTA)
     check(out["first"] == "CUDA_ERROR_OUT_OF_MEMORY",
           f"graph launch over the quota: {out['first']} (300Mi + 2Gi held + 2Gi graph > 4Gi)")
@@ -682,6 +680,19 @@ def case_graph_memory(h):
     check(out["free_after_second"] <= out["free_before"] - 2 * GI,
           f"the graph pool is charged: {out}")
     check(h.usage_after_exit().used() == 0, "ledger back to zero at exit")
+
+
+def case_graph_memory(h):
+    """A captured graph's memory is reserved before cuGraphLaunch: refused over the
+    quota (the 80Gi device itself would have run it), launched once memory is freed."""
+    check_graph_memory(h)
+
+
+def case_graph_memory_per_thread(h):
+    """The same with the _ptsz calls on the NULL stream, as a program built for per-thread
+    default streams captures: that stream can be captured (the legacy one cannot), and its
+    graph's memory is reserved before the launch all the same."""
+    check_graph_memory(h, "--per-thread")
 
 
 def case_path_mipmap(h):
@@ -893,6 +904,7 @@ CASES = {
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
     "graph_memory": case_graph_memory,
+    "graph_memory_per_thread": case_graph_memory_per_thread,
     "failed_launch": case_failed_launch,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,

@@ -12,7 +12,8 @@
 //             behaves as without the shim
 //   nvml      nvmlDeviceGetMemoryInfo(_v2) and the process list
 //   graph     a captured graph's memory refused at launch over the quota
-//             (--step: bytes held outside, --max: bytes the graph allocates)
+//             (--step: bytes held outside, --max: bytes the graph allocates;
+//             --per-thread: captured on the per-thread default stream)
 //   replay    every (symbol, cudaVersion, flags) of --lookups resolved
 //             through the shim's cuGetProcAddress_v2 and cuGetProcAddress
 //             and through the driver's own: a function the driver has is
@@ -334,8 +335,9 @@ int mode_mipmap(const Api& a) {
 // allocation inside the capture) while the process holds `hold` bytes. The
 // first launch must be refused when the two do not fit the quota, before
 // the driver grows its graph pool; after the held memory is freed the same
-// executable launches.
-int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes) {
+// executable launches. With `per_thread`, as a program built for per-thread
+// default streams does it: the _ptsz entry points on the NULL stream.
+int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes, bool per_thread) {
   CUdevice dev;
   if (!start(a, dev)) return 0;
   CUresult (*stream_create)(CUstream*, unsigned);
@@ -347,20 +349,22 @@ int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes) {
   CUresult (*launch)(CUgraphExec, CUstream);
   CUresult (*sync)(CUstream);
   by_dlsym(stream_create, "cuStreamCreate");
-  by_dlsym(begin, "cuStreamBeginCapture_v2");
-  by_dlsym(end, "cuStreamEndCapture");
-  by_dlsym(alloc_async, "cuMemAllocAsync");
-  by_dlsym(free_async, "cuMemFreeAsync");
+  const std::string ptsz = per_thread ? "_ptsz" : "";
+  by_dlsym(begin, ("cuStreamBeginCapture_v2" + ptsz).c_str());
+  by_dlsym(end, ("cuStreamEndCapture" + ptsz).c_str());
+  by_dlsym(alloc_async, ("cuMemAllocAsync" + ptsz).c_str());
+  by_dlsym(free_async, ("cuMemFreeAsync" + ptsz).c_str());
   by_dlsym(instantiate, "cuGraphInstantiateWithFlags");
-  by_dlsym(launch, "cuGraphLaunch");
-  by_dlsym(sync, "cuStreamSynchronize");
+  by_dlsym(launch, ("cuGraphLaunch" + ptsz).c_str());
+  by_dlsym(sync, ("cuStreamSynchronize" + ptsz).c_str());
   auto view = [&] {
     size_t free = 0, total = 0;
     expect(a.MemGetInfo(&free, &total) == CUDA_SUCCESS, "cuMemGetInfo_v2");
     return free;
   };
-  CUstream s = nullptr;
-  expect(stream_create(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
+  CUstream s = nullptr;  // with per_thread: the thread's default stream
+  if (!per_thread)
+    expect(stream_create(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
   const size_t free_before = view();
   CUdeviceptr held = 0;
   expect(a.MemAlloc(&held, hold) == CUDA_SUCCESS, "cuMemAlloc_v2 (held)");
@@ -626,6 +630,7 @@ int main(int argc, char** argv) try {
   std::uint64_t step = 256ull << 20, max = 0, max_step = 64ull << 20;
   unsigned threads = 4, children = 2, seed = 1;
   double seconds = 1.0, start_at = 0;
+  bool per_thread = false;
   std::string lookups;
   CLI::App app{"Drive libcushare.so through dlsym and cuGetProcAddress"};
   app.add_option("--mode", mode)
@@ -643,6 +648,7 @@ int main(int argc, char** argv) try {
   app.add_option("--children", children);
   app.add_option("--seed", seed);
   app.add_option("--lookups", lookups, "replay: symbol<TAB>cudaVersion<TAB>flags per line");
+  app.add_flag("--per-thread", per_thread, "graph: the _ptsz calls on the NULL stream");
   app.add_option("--start-at", start_at, "race: unix time at which to start (after init)");
   CLI11_PARSE(app, argc, argv);
 
@@ -655,7 +661,7 @@ int main(int argc, char** argv) try {
   if (mode == "fork") return mode_fork(a, step, children);
   if (mode == "mipmap") return mode_mipmap(a);
   if (mode == "watch") return mode_watch(a, seconds);
-  if (mode == "graph") return mode_graph(a, step, max);
+  if (mode == "graph") return mode_graph(a, step, max, per_thread);
   return mode_nvml(a);
 } catch (const std::exception& e) {
   fail(e.what());

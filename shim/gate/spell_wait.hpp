@@ -48,4 +48,23 @@ inline std::uint64_t spell_wait_ns(std::uint64_t begun_ns,
   return started_no_earlier_ns > begun_ns ? started_no_earlier_ns - begun_ns : 0;
 }
 
+// The part of an idle gap that the CPU's clock missed. The gap was counted
+// from `counted_from_ns`: when the spell's last completion was seen, which
+// a thread woken late (a blocking sync on a VM: tens of microseconds) puts
+// after the completion itself. A probe recorded at the next spell's start
+// and seen complete at `probe_seen_ns`, `gpu_gap_ns` after that completion
+// on the GPU's clock, places the completion no later than `probe_seen_ns`
+// less the gap (plus the clocks' slack): the time from there to
+// `counted_from_ns`, not before `floor_ns`, was idle too. An upper bound on
+// the completion from an observation, so never more than the GPU idled;
+// nothing where the probe was not seen at once (it waited for the GPU).
+inline std::uint64_t unseen_idle_ns(std::uint64_t counted_from_ns, std::uint64_t probe_seen_ns,
+                                    std::uint64_t gpu_gap_ns, std::uint64_t floor_ns) noexcept {
+  if (counted_from_ns == 0 || probe_seen_ns == 0 || gpu_gap_ns > kWaitChainSpanNs) return 0;
+  const std::uint64_t slack = gpu_gap_ns * kClockDriftPpm / 1'000'000 + kTimestampSlackNs;
+  if (probe_seen_ns + slack <= gpu_gap_ns) return 0;
+  const std::uint64_t ended_by = std::max(probe_seen_ns + slack - gpu_gap_ns, floor_ns);
+  return counted_from_ns > ended_by ? counted_from_ns - ended_by : 0;
+}
+
 }  // namespace cushare::shim::gate

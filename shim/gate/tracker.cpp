@@ -385,8 +385,8 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_w
   // Before `to` is recorded: the GPU cannot reach it earlier.
   const std::uint64_t begun = shm::monotonic_ns();
   const std::uint64_t since = std::exchange(idle_since_ns_, 0);
-  if (since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since)
-    idle_total_ns_ += begun - since;
+  const bool counted = since != 0 && epoch != 0 && epoch == idle_epoch_ + 1 && begun > since;
+  if (counted) idle_total_ns_ += begun - since;
   CUevent from = std::exchange(spell_end_, nullptr);
   const std::uint64_t from_lo = std::exchange(spell_end_lo_ns_, 0);
   if (!from) return;
@@ -412,7 +412,12 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_w
           .clip_ns = now > resumed ? now - resumed : 0,
           .start = probe_wait ? record_start_probe_locked() : nullptr,
           .begun_ns = begun,
-          .from_lo_ns = from_lo};
+          .from_lo_ns = from_lo,
+          .counted_from_ns = counted ? since : 0};
+  // Seen complete at once, the probe bounds the last spell's end from above
+  // (settle_gap_locked, unseen_idle_ns); one query per spell.
+  if (gap_.start && real().cuEventQuery(gap_.start) == CUDA_SUCCESS)
+    gap_.start_seen_ns = shm::monotonic_ns();
 }
 
 // Only in the context the probe stream was made in (the first spell's): a
@@ -477,6 +482,9 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
     const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
     if (done.begun_ns >= wait_floor_ns_ && !done.start_lagged)
       idle_total_ns_ += spell_wait_locked(done, started);
+    // Only this period's part: an earlier period's budget was settled.
+    idle_total_ns_ += unseen_idle_ns(done.counted_from_ns, done.start_seen_ns, gap,
+                                     std::max(done.from_lo_ns, wait_floor_ns_));
     const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
     release_locked(old);
   }

@@ -271,6 +271,10 @@ class GpuTracker {
     bool start_lagged = false;
     std::uint64_t begun_ns = 0;    // the spell began then (before `start` was recorded)
     std::uint64_t from_lo_ns = 0;  // `from` completed no earlier (0: unknown)
+    // The idle gap the CPU's clock counted began here (0: none counted).
+    std::uint64_t counted_from_ns = 0;
+    // `start` was seen complete then, right after its record (0: it was not).
+    std::uint64_t start_seen_ns = 0;
   };
   // The tracker's own non-blocking stream in the context it tracks, for
   // GapProbe::start (created at the first spell; null: none, or the context

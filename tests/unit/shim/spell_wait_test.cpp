@@ -50,5 +50,36 @@ TEST(SpellWait, AWaitBehindAnotherContextIsMeasuredNeverOverstated) {
   EXPECT_LT(spell_wait_ns(begun, completed_no_earlier_than(begun, kT - 2 * kMs, 3 * kMs)), wait);
 }
 
+TEST(UnseenIdle, AProbeSeenAtOnceDatesTheSpellsEndFromAbove) {
+  // The last kernel ended at kT; a thread woken 80 us late saw it then and
+  // counted the gap from there. The next spell's probe, recorded and seen
+  // complete at kT + 200 us, ran 200 us after that end on the GPU's clock:
+  // the 80 us were idle too, less the clocks' slack.
+  const std::uint64_t us = 1'000;
+  const std::uint64_t unseen = unseen_idle_ns(kT + 80 * us, kT + 200 * us, 200 * us, 0);
+  EXPECT_LE(unseen, 80 * us);
+  EXPECT_GE(unseen, 80 * us - kTimestampSlackNs - 200 * us * kClockDriftPpm / 1'000'000);
+}
+
+TEST(UnseenIdle, NeverMoreThanTheGpuIdled) {
+  const std::uint64_t us = 1'000;
+  // A probe seen late (it waited, or the query came late) says less, never more.
+  EXPECT_LT(unseen_idle_ns(kT + 80 * us, kT + 250 * us, 200 * us, 0),
+            unseen_idle_ns(kT + 80 * us, kT + 200 * us, 200 * us, 0));
+  // The CPU's clock already counted from the end: nothing to add.
+  EXPECT_EQ(unseen_idle_ns(kT, kT + 200 * us, 200 * us, 0), 0u);
+  // Nothing before the floor (the period's start, or the spell's last submission).
+  EXPECT_EQ(unseen_idle_ns(kT + 80 * us, kT + 200 * us, 200 * us, kT + 50 * us), 30 * us);
+  EXPECT_EQ(unseen_idle_ns(kT + 80 * us, kT + 200 * us, 200 * us, kT + 90 * us), 0u);
+}
+
+TEST(UnseenIdle, NothingWithoutAnObservation) {
+  const std::uint64_t us = 1'000;
+  EXPECT_EQ(unseen_idle_ns(kT, 0, 200 * us, 0), 0u);             // the probe was not seen
+  EXPECT_EQ(unseen_idle_ns(0, kT + 200 * us, 200 * us, 0), 0u);  // no gap was counted
+  EXPECT_EQ(unseen_idle_ns(kT, kT + 1 * kMs, kWaitChainSpanNs + 1, 0), 0u);  // too long to trust
+  EXPECT_EQ(unseen_idle_ns(5 * us, 1 * us, 200 * us, 0), 0u);  // a gap longer than the clock
+}
+
 }  // namespace
 }  // namespace cushare::shim::gate

@@ -23,6 +23,11 @@ extern constinit std::atomic<unsigned> g_captures_active;
 bool stream_is_capturing_now(CUstream stream) noexcept;
 }  // namespace detail
 
+// Whether any capture may be under way in the process.
+[[gnu::always_inline]] inline bool captures_active() noexcept {
+  return detail::g_captures_active.load(std::memory_order_acquire) != 0;
+}
+
 [[gnu::always_inline]] inline bool stream_is_capturing(CUstream stream) noexcept {
   if (detail::g_captures_active.load(std::memory_order_acquire) == 0) [[likely]]
     return false;

@@ -314,6 +314,15 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
     published_launches_ = end;
   }
+  // The per-thread default stream's handle names the recording thread's
+  // own stream, and a batch may hold other threads' launches on theirs: the
+  // event goes on the legacy stream, which waits for them all (a barrier
+  // across the blocking streams), and on none while a blocking stream is
+  // being captured (the legacy stream is unusable then).
+  if (stream == CU_STREAM_PER_THREAD) {
+    stream = nullptr;
+    if (stream_is_capturing(nullptr)) return;
+  }
   CUevent ev = record_event_locked(stream);
   if (!ev) return;
   batches_.push_back({.event = ev,
@@ -415,8 +424,10 @@ void GpuTracker::begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_w
           .from_lo_ns = from_lo,
           .counted_from_ns = counted ? since : 0};
   // Seen complete at once, the probe bounds the last spell's end from above
-  // (settle_gap_locked, unseen_idle_ns); one query per spell.
-  if (gap_.start && real().cuEventQuery(gap_.start) == CUDA_SUCCESS)
+  // (settle_gap_locked, unseen_idle_ns); one query per spell. Not while
+  // another thread may capture in the global mode, where a query from this
+  // thread would invalidate its capture.
+  if (gap_.start && !captures_active() && real().cuEventQuery(gap_.start) == CUDA_SUCCESS)
     gap_.start_seen_ns = shm::monotonic_ns();
 }
 
@@ -482,9 +493,13 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
     const std::uint64_t started = completed_no_earlier_than(done.begun_ns, done.from_lo_ns, gap);
     if (done.begun_ns >= wait_floor_ns_ && !done.start_lagged)
       idle_total_ns_ += spell_wait_locked(done, started);
-    // Only this period's part: an earlier period's budget was settled.
-    idle_total_ns_ += unseen_idle_ns(done.counted_from_ns, done.start_seen_ns, gap,
-                                     std::max(done.from_lo_ns, wait_floor_ns_));
+    // Only this period's part (an earlier period's budget was settled), and
+    // only where no sibling process can have run before the end was seen
+    // (as for the wait).
+    if (const std::uint64_t unseen = unseen_idle_ns(done.counted_from_ns, done.start_seen_ns, gap,
+                                                    std::max(done.from_lo_ns, wait_floor_ns_));
+        unseen != 0 && alone_in_allocation())
+      idle_total_ns_ += unseen;
     const CUevent old = std::exchange(spell_start_, {.event = done.start, .lo_ns = started}).event;
     release_locked(old);
   }
@@ -500,15 +515,18 @@ void GpuTracker::settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noex
 // settled (it did not lag behind the spell's own work: settle_gap_locked).
 std::uint64_t GpuTracker::spell_wait_locked(const GapProbe& done, std::uint64_t started) noexcept {
   const std::uint64_t wait = spell_wait_ns(done.begun_ns, started);
-  if (wait == 0) return 0;
+  return wait != 0 && alone_in_allocation() ? wait : 0;
+}
+
+bool GpuTracker::alone_in_allocation() noexcept {
   const AllocationState* st = allocation_state();
-  if (!st || !st->slot) return 0;
+  if (!st || !st->slot) return false;
   for (std::uint32_t i = 0; i < shm::kMaxSlots; ++i) {
     if (i != st->slot_index && st->usage->slots[i].state.load(std::memory_order_acquire) !=
                                    static_cast<std::uint32_t>(shm::SlotState::kFree))
-      return 0;
+      return false;
   }
-  return wait;
+  return true;
 }
 
 void GpuTracker::release_locked(CUevent ev) noexcept {

@@ -299,6 +299,9 @@ class GpuTracker {
   bool left_idle_ = false;  // the last settle_idle_locked() left the allocation idle
   GapProbe gap_;
   std::uint64_t spell_wait_locked(const GapProbe& done, std::uint64_t started_ns) noexcept;
+  // No other process is attached to the allocation: none can have run on
+  // its GPU time unseen.
+  bool alone_in_allocation() noexcept;
   // The last completed batch event and when it completed at the latest
   // (completed_at_locked). Under mu_.
   static constexpr std::uint64_t kAnchorSpanNs = 1'000'000'000;

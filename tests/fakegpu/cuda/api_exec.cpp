@@ -641,7 +641,7 @@ CUresult stream_field(CUstream hStream, T* out, Get get) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = resolve_stream_object(hStream, &s); r != CUDA_SUCCESS) return r;
   *out = get(s);
   return CUDA_SUCCESS;
 }

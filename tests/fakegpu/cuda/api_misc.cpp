@@ -78,7 +78,7 @@ FAKEGPU_API CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advi
 FAKEGPU_API CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = resolve_stream_object(hStream, &s); r != CUDA_SUCCESS) return r;
   if (pCtx) *pCtx = reinterpret_cast<CUcontext>(s->ctx);
   if (pGreenCtx) *pGreenCtx = nullptr;
   return CUDA_SUCCESS;

@@ -166,17 +166,21 @@ void capture_state_changed(Stream* s, bool capturing) {
 }
 
 CUresult resolve_stream(CUstream stream, Stream** out) {
+  if (names_legacy_stream(stream)) {
+    // Its work would wait for the capturing streams' (the driver's
+    // "implicit dependency"): refused until their captures end.
+    const Context* ctx = current_context();
+    if (ctx != nullptr && ctx->blocking_captures.load() > 0)
+      return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  return resolve_stream_object(stream, out);
+}
+
+CUresult resolve_stream_object(CUstream stream, Stream** out) {
   if (is_builtin_stream(stream)) {
     Context* ctx = current_context();
     if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-    if (!names_legacy_stream(stream)) {
-      *out = per_thread_stream(*ctx);
-      return CUDA_SUCCESS;
-    }
-    // Its work would wait for the capturing streams' (the driver's
-    // "implicit dependency"): refused until their captures end.
-    if (ctx->blocking_captures.load() > 0) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-    *out = &ctx->default_stream;
+    *out = names_legacy_stream(stream) ? &ctx->default_stream : per_thread_stream(*ctx);
     return CUDA_SUCCESS;
   }
   Stream* s = handle_object<Stream>(stream, HandleKind::stream);

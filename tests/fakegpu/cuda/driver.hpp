@@ -247,6 +247,9 @@ bool context_alive(const Context* ctx);
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a blocking
 // stream of its context is capturing.
 CUresult resolve_stream(CUstream stream, Stream** out);
+// The same without the capture rule, for the calls that only read a
+// stream's fields (its flags, priority, id, context, device).
+CUresult resolve_stream_object(CUstream stream, Stream** out);
 bool is_builtin_stream(CUstream stream);
 // Whether `stream` names the legacy default stream here (the NULL stream
 // outside a per-thread twin, or CU_STREAM_LEGACY).

@@ -26,11 +26,19 @@ void destroy_context_state(Context* ctx) {
     }
   }
   free_owned_regions(ctx);
-  // Threads get fresh per-thread default streams in a recreated primary
-  // context (the old ones stay allocated: a call in flight may hold one).
+  // A recreated primary context gives each thread a fresh per-thread
+  // default stream: the objects are kept (a call in flight may hold one),
+  // with nothing queued and no capture.
   {
     std::lock_guard<std::mutex> guard(ctx->per_thread_mu);
-    ctx->per_thread_streams.clear();
+    for (auto& [thread, s] : ctx->per_thread_streams) {
+      s->last_seq = 0;
+      s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      s->graph = nullptr;
+      s->capture_origin = nullptr;
+      s->capture_joined.clear();
+      s->capture_ops = s->capture_joined_ops = 0;
+    }
   }
   ctx->blocking_captures = 0;
 }

@@ -35,8 +35,8 @@
 // The stream a _ptsz/_ptds hook's handle names, as cushare keys streams:
 // there the NULL stream is the calling thread's per-thread default stream,
 // not the legacy one. Keyed as given, a capture of it went unseen (the
-// legacy stream cannot be captured) and its tail was recorded on the legacy
-// stream. The driver is still called with the handle as given.
+// legacy stream cannot be captured), and with it the graph memory the
+// capture allocates. The driver is still called with the handle as given.
 [[gnu::always_inline]] inline CUstream per_thread_default(CUstream stream) noexcept {
   return stream ? stream : CU_STREAM_PER_THREAD;
 }

@@ -668,8 +668,11 @@ def case_gate_demand(h):
 
 
 def check_graph_memory(h, *flags):
-    out, err = h.probe("--mode", "graph", *flags, "--step", str(2 * GI), "--max", str(2 * GI),
-                       extra=QUOTA)
+    with ct.Sampler(TruthNode(h)) as sampler:
+        out, err = h.probe("--mode", "graph", *flags, "--step", str(2 * GI), "--max", str(2 * GI),
+                           extra=QUOTA)
+    check(sampler.peak <= 4 * GI,
+          f"fakegpu ground truth peaked at {sampler.peak} bytes > the 4Gi quota")
     check(out["first"] == "CUDA_ERROR_OUT_OF_MEMORY",
           f"graph launch over the quota: {out['first']} (300Mi + 2Gi held + 2Gi graph > 4Gi)")
     check("graph" in err.lower(), f"the refusal is logged: {err}")

@@ -48,7 +48,44 @@ struct Options {
   int poll_every = 0;        // poll until the stream is idle after this many launches of a thread
   bool poll_event = false;   // poll an event recorded behind the kernel instead of the stream
   double poll_sleep_us = 0;  // sleep between two queries (0: yield the CPU)
+  bool per_thread_stream = false;  // each thread on its own default stream (the _ptsz entries)
 };
+
+// The stream-ordered calls the workers make. A program built for per-thread
+// default streams (nvcc --default-stream per-thread) reaches the driver
+// through the _ptsz/_ptds entry points, which its runtime resolves with
+// cuGetProcAddress; there stream 0 is the calling thread's own stream.
+struct StreamCalls {
+  decltype(&cuLaunchKernel) launch = cuLaunchKernel;
+  decltype(&cuStreamSynchronize) stream_sync = cuStreamSynchronize;
+  decltype(&cuStreamQuery) stream_query = cuStreamQuery;
+  decltype(&cuEventRecord) event_record = cuEventRecord;
+  decltype(&cuMemcpyDtoH) memcpy_dtoh = cuMemcpyDtoH;
+};
+
+template <typename Fn>
+void resolve_per_thread(const char* symbol, Fn& fn) {
+  void* pfn = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  samples::check(cuGetProcAddress(symbol, &pfn, CUDA_VERSION,
+                                  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
+                 symbol);
+  if (status != CU_GET_PROC_ADDRESS_SUCCESS || pfn == nullptr) {
+    std::fprintf(stderr, "spin_worker: no per-thread entry point for %s\n", symbol);
+    std::exit(1);
+  }
+  fn = reinterpret_cast<Fn>(pfn);
+}
+
+StreamCalls per_thread_stream_calls() {
+  StreamCalls calls;
+  resolve_per_thread("cuLaunchKernel", calls.launch);
+  resolve_per_thread("cuStreamSynchronize", calls.stream_sync);
+  resolve_per_thread("cuStreamQuery", calls.stream_query);
+  resolve_per_thread("cuEventRecord", calls.event_record);
+  resolve_per_thread("cuMemcpyDtoH", calls.memcpy_dtoh);
+  return calls;
+}
 
 struct Shared {
   std::atomic<uint64_t> launches{0};
@@ -99,16 +136,16 @@ void spin_cpu(double us) {
 // loop that never blocks in the driver does: between queries it sleeps
 // `sleep_us` (0: yields the CPU). With `event`, polls an event recorded
 // behind that work.
-CUresult poll_until_idle(CUstream stream, bool event, double sleep_us) {
+CUresult poll_until_idle(const StreamCalls& calls, CUstream stream, bool event, double sleep_us) {
   thread_local CUevent marker = nullptr;
   if (event) {
     if (!marker) {
       if (CUresult r = cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) return r;
     }
-    if (CUresult r = cuEventRecord(marker, stream); r != CUDA_SUCCESS) return r;
+    if (CUresult r = calls.event_record(marker, stream); r != CUDA_SUCCESS) return r;
   }
   for (;;) {
-    const CUresult r = event ? cuEventQuery(marker) : cuStreamQuery(stream);
+    const CUresult r = event ? cuEventQuery(marker) : calls.stream_query(stream);
     if (r != CUDA_ERROR_NOT_READY) return r;
     if (sleep_us > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
@@ -165,9 +202,17 @@ int main(int argc, char** argv) try {
   app.add_option("--poll-sleep-us", o.poll_sleep_us,
                  "with --poll-every: sleep this long between two queries (0: yield the CPU)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--per-thread-stream", o.per_thread_stream,
+               "launch, wait and copy on each thread's per-thread default stream (stream 0 of "
+               "the _ptsz entry points, as a program built with --default-stream per-thread "
+               "does); --sync-every then synchronises that stream");
   app.add_flag("--events", o.events,
                "time the run with events on the first stream (one thread) and report gpu_ms");
   CLI11_PARSE(app, argc, argv);
+  if (o.per_thread_stream && o.streams != 1) {
+    std::fprintf(stderr, "spin_worker: --per-thread-stream uses one stream per thread\n");
+    return 2;
+  }
   // Neither --seconds nor --count: run until SIGTERM/SIGINT.
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -201,6 +246,7 @@ int main(int argc, char** argv) try {
   samples::check(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
   CUfunction spin;
   samples::check(cuModuleGetFunction(&spin, module, "spin"), "cuModuleGetFunction(spin)");
+  const StreamCalls calls = o.per_thread_stream ? per_thread_stream_calls() : StreamCalls{};
 
   Shared shared;
   CUevent start_event = nullptr, stop_event = nullptr;
@@ -215,16 +261,17 @@ int main(int argc, char** argv) try {
     std::vector<CUstream> streams(static_cast<size_t>(o.streams));
     // A step that ends in a copy back runs on the legacy default stream, as
     // a CUDA C program's kernel<<<...>>> and cudaMemcpy do: the copy waits
-    // for the kernels before it.
+    // for the kernels before it. With --per-thread-stream, stream 0 is the
+    // thread's own default stream.
     for (auto& s : streams) {
-      if (o.copy_every == 0)
+      if (o.copy_every == 0 && !o.per_thread_stream)
         samples::check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     }
     std::vector<std::deque<CUevent>> pending(streams.size());
     if (timed && index == 0) {
       samples::check(cuEventCreate(&start_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
       samples::check(cuEventCreate(&stop_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
-      samples::check(cuEventRecord(start_event, streams[0]), "cuEventRecord");
+      samples::check(calls.event_record(start_event, streams[0]), "cuEventRecord");
     }
     Durations durations(o, index);
     for (size_t i = 0;; ++i) {
@@ -240,7 +287,7 @@ int main(int argc, char** argv) try {
       const size_t si = i % streams.size();
       uint64_t ns = durations.next_ns();
       void* params[] = {&ns};
-      CUresult r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, streams[si], params, nullptr);
+      CUresult r = calls.launch(spin, 1, 1, 1, 1, 1, 1, 0, streams[si], params, nullptr);
       if (r != CUDA_SUCCESS) {
         if (o.count) shared.launches--;
         record_error(shared, r, "cuLaunchKernel");
@@ -250,20 +297,22 @@ int main(int argc, char** argv) try {
       shared.kernel_ns_total += ns;
       const bool step_end = o.sync_every == 0 || (i + 1) % static_cast<size_t>(o.sync_every) == 0;
       if (o.sync_every > 0 && step_end) {
-        if (CUresult w = cuCtxSynchronize(); w != CUDA_SUCCESS) {
-          record_error(shared, w, "cuCtxSynchronize");
+        const CUresult w =
+            o.per_thread_stream ? calls.stream_sync(streams[si]) : cuCtxSynchronize();
+        if (w != CUDA_SUCCESS) {
+          record_error(shared, w, o.per_thread_stream ? "cuStreamSynchronize" : "cuCtxSynchronize");
           break;
         }
       }
       if (o.copy_every > 0 && (i + 1) % static_cast<size_t>(o.copy_every) == 0) {
         std::uint32_t back = 0;
-        if (CUresult w = cuMemcpyDtoH(&back, copy_src, sizeof back); w != CUDA_SUCCESS) {
+        if (CUresult w = calls.memcpy_dtoh(&back, copy_src, sizeof back); w != CUDA_SUCCESS) {
           record_error(shared, w, "cuMemcpyDtoH");
           break;
         }
       }
       if (o.poll_every > 0 && (i + 1) % static_cast<size_t>(o.poll_every) == 0) {
-        if (CUresult w = poll_until_idle(streams[si], o.poll_event, o.poll_sleep_us);
+        if (CUresult w = poll_until_idle(calls, streams[si], o.poll_event, o.poll_sleep_us);
             w != CUDA_SUCCESS) {
           record_error(shared, w, o.poll_event ? "cuEventQuery" : "cuStreamQuery");
           break;
@@ -274,7 +323,7 @@ int main(int argc, char** argv) try {
         CUevent e;
         samples::check(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC),
                        "cuEventCreate");
-        samples::check(cuEventRecord(e, streams[si]), "cuEventRecord");
+        samples::check(calls.event_record(e, streams[si]), "cuEventRecord");
         pending[si].push_back(e);
         if (pending[si].size() >= static_cast<size_t>(o.inflight)) {
           if (CUresult w = cuEventSynchronize(pending[si].front()); w != CUDA_SUCCESS) {
@@ -285,9 +334,10 @@ int main(int argc, char** argv) try {
         }
       }
     }
-    if (timed && index == 0) samples::check(cuEventRecord(stop_event, streams[0]), "cuEventRecord");
+    if (timed && index == 0)
+      samples::check(calls.event_record(stop_event, streams[0]), "cuEventRecord");
     for (size_t si = 0; si < streams.size(); ++si) {
-      if (CUresult r = cuStreamSynchronize(streams[si]); r != CUDA_SUCCESS) {
+      if (CUresult r = calls.stream_sync(streams[si]); r != CUDA_SUCCESS) {
         record_error(shared, r, "cuStreamSynchronize");
       }
       for (CUevent e : pending[si]) cuEventDestroy(e);
@@ -310,6 +360,7 @@ int main(int argc, char** argv) try {
                      {"kernel_ns_total", shared.kernel_ns_total.load()},
                      {"streams", o.streams},
                      {"threads", o.threads},
+                     {"per_thread_stream", o.per_thread_stream},
                      {"sync_every", o.sync_every},
                      {"alloc_bytes", o.alloc_mib << 20},
                      {"errors", shared.errors.load()}};

@@ -93,6 +93,10 @@ SHAPES = {
     "short": ([], "10"),                                     # 10 us kernels
     "mixed": ([], "50~20000"),                               # 50 us - 20 ms, drawn at random
     "hostgap": (["--sync-every", "4", "--host-gap-us", "2000"], None),  # 2 ms CPU per 4 ms GPU
+    # Two threads, each launching on its own per-thread default stream (the
+    # _ptsz entry points, as built with nvcc --default-stream per-thread) and
+    # synchronising that stream after every 4 of its kernels.
+    "ptds2": (["--per-thread-stream", "--threads", "2", "--sync-every", "4"], None),
     # A deep asynchronous queue, the first allocation (and every other one
     # after it) on a limits entry for any GPU ("*": cusharectl create
     # without --gpu), the others on the GPU's UUID.
@@ -114,7 +118,7 @@ OWN_SHAPE = {"ready_windows": "hostgap"}
 # several tenants the device must stay at least this busy.
 DEVICE_FLOOR = {"async": 95, "sync1": 88, "event1": 88, "copy1": 88, "poll1": 88,
                 "pollevent1": 88, "sync4": 95, "sync16": 95, "streams2": 95,
-                "short": 95, "mixed": 93, "hostgap": 63, "anygpu": 95, "twogpus": 95}
+                "short": 95, "mixed": 93, "hostgap": 63, "ptds2": 95, "anygpu": 95, "twogpus": 95}
 # Shapes whose tenants have no gaps of their own: judged as the scenario says.
 GAPLESS = {"async", "anygpu", "twogpus"}
 

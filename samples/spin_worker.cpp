@@ -49,6 +49,7 @@ struct Options {
   bool poll_event = false;   // poll an event recorded behind the kernel instead of the stream
   double poll_sleep_us = 0;  // sleep between two queries (0: yield the CPU)
   bool per_thread_stream = false;  // each thread on its own default stream (the _ptsz entries)
+  int churn_streams = 0;  // destroy a stream (its work still queued) after this many launches on it
 };
 
 // The stream-ordered calls the workers make. A program built for per-thread
@@ -206,11 +207,22 @@ int main(int argc, char** argv) try {
                "launch, wait and copy on each thread's per-thread default stream (stream 0 of "
                "the _ptsz entry points, as a program built with --default-stream per-thread "
                "does); --sync-every then synchronises that stream");
+  app.add_option("--churn-streams", o.churn_streams,
+                 "destroy each stream after this many launches on it, its work still queued, and "
+                 "go on with a new one; 0 = never")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--events", o.events,
                "time the run with events on the first stream (one thread) and report gpu_ms");
   CLI11_PARSE(app, argc, argv);
   if (o.per_thread_stream && o.streams != 1) {
     std::fprintf(stderr, "spin_worker: --per-thread-stream uses one stream per thread\n");
+    return 2;
+  }
+  if (o.churn_streams > 0 &&
+      (o.per_thread_stream || o.copy_every > 0 || o.inflight > 0 || (o.events && o.threads == 1))) {
+    std::fprintf(stderr,
+                 "spin_worker: --churn-streams needs streams of its own (not --per-thread-stream, "
+                 "--copy-every, --inflight or --events)\n");
     return 2;
   }
   // Neither --seconds nor --count: run until SIGTERM/SIGINT.
@@ -268,6 +280,7 @@ int main(int argc, char** argv) try {
         samples::check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     }
     std::vector<std::deque<CUevent>> pending(streams.size());
+    std::vector<int> on_stream(streams.size(), 0);  // launches on each since it was made
     if (timed && index == 0) {
       samples::check(cuEventCreate(&start_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
       samples::check(cuEventCreate(&stop_event, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
@@ -295,6 +308,11 @@ int main(int argc, char** argv) try {
       }
       if (!o.count) shared.launches++;
       shared.kernel_ns_total += ns;
+      if (o.churn_streams > 0 && ++on_stream[si] == o.churn_streams) {
+        on_stream[si] = 0;
+        samples::check(cuStreamDestroy(streams[si]), "cuStreamDestroy");
+        samples::check(cuStreamCreate(&streams[si], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      }
       const bool step_end = o.sync_every == 0 || (i + 1) % static_cast<size_t>(o.sync_every) == 0;
       if (o.sync_every > 0 && step_end) {
         const CUresult w =

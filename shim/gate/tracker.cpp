@@ -69,6 +69,8 @@ void GpuTracker::reset_after_fork() noexcept {
   wait_floor_ns_ = 0;
   probe_stream_ = nullptr;
   probe_ctx_ = nullptr;
+  join_stream_ = nullptr;
+  join_ctx_ = nullptr;
   gap_ = {};
   anchor_ = {};
   left_idle_ = false;
@@ -87,7 +89,7 @@ void GpuTracker::reset_after_fork() noexcept {
   published_launches_ = 0;
   usage_.store(nullptr);
   tail_last_ns_.store(0);
-  tail_stream_.store(nullptr);
+  streams_.clear();
   since_record_.store(0);
   poller_started_.store(false);
   poller_idle_.store(false);
@@ -96,13 +98,25 @@ void GpuTracker::reset_after_fork() noexcept {
   poll_checked_ns_.store(0);
 }
 
+// Under the lock: a record under way may be naming the stream, and files
+// the streams it took again when it cannot cover them.
 void GpuTracker::stream_destroyed(CUstream stream) noexcept {
-  if (!poller_started_.load(std::memory_order_acquire)) return;  // never launched here
-  std::lock_guard lock(mu_);
-  if (!has_tail() || tail_stream_.load(std::memory_order_relaxed) != stream) return;
-  if (stream_is_capturing(stream)) return;
-  const AllocationState* st = allocation_state();
-  record_locked(stream, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+  {
+    std::lock_guard lock(mu_);
+    if (!streams_.holds(stream)) return;  // not among the batch's
+    if (has_tail() && !stream_is_capturing(stream)) {
+      const AllocationState* st = allocation_state();
+      record_locked(stream, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
+      if (st) ensure_poller(st->usage->gpus[gpu_]);
+    }
+    // Whether or not that record covered it, no later one may name it.
+    streams_.forget(stream);
+  }
+  // The batch just recorded is the poller's to wait for (it may sleep idle).
+  if (poller_idle_.load(std::memory_order_acquire)) {
+    wake_word_.fetch_add(1, std::memory_order_release);
+    shm::futex_wake_all(wake_word_);
+  }
 }
 
 void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
@@ -112,15 +126,22 @@ void GpuTracker::before_sync(CUstream stream, SyncScope scope) noexcept {
 TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
   if (!poller_started_.load(std::memory_order_acquire)) return TailRecord::kNothing;
   if (!has_tail()) return TailRecord::kNothing;
-  // Another stream's tail, without the lock (a query of an idle stream
-  // beside a busy one is common).
-  if (scope == SyncScope::kStream && tail_stream_.load(std::memory_order_relaxed) != stream)
+  // Another stream's tail, or one this call cannot cover, without the lock
+  // (a query of an idle stream beside a busy one is common).
+  const CUstream seen = streams_.tail();
+  if (scope == SyncScope::kStream && seen != stream) return TailRecord::kNotHere;
+  if (scope == SyncScope::kUnnamedStream &&
+      (seen == BatchStreams::none() || seen == CU_STREAM_PER_THREAD))
     return TailRecord::kNotHere;
   std::lock_guard lock(mu_);
   const std::uint64_t end = submitted_count();
   if (end <= recorded_count_.load(std::memory_order_relaxed)) return TailRecord::kNothing;
-  CUstream tail = tail_stream_.load(std::memory_order_relaxed);
+  CUstream tail = streams_.tail();
   if (scope == SyncScope::kStream && tail != stream) return TailRecord::kNotHere;
+  // No tail (its stream was destroyed): a whole context's sync records on
+  // the legacy stream and the streams filed (record_locked).
+  if (tail == BatchStreams::none() && scope == SyncScope::kUnnamedStream)
+    return TailRecord::kNotHere;
   if (tail == CU_STREAM_PER_THREAD) {
     if (scope == SyncScope::kUnnamedStream) return TailRecord::kNotHere;
     // The handle means the caller's own stream: it holds the tail only if
@@ -134,7 +155,7 @@ TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
   CUcontext current = nullptr;
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
   if (!ctx_ || current != ctx_) return TailRecord::kNotHere;
-  if (stream_is_capturing(tail)) return TailRecord::kCannot;
+  if (tail != BatchStreams::none() && stream_is_capturing(tail)) return TailRecord::kCannot;
   const AllocationState* st = allocation_state();
   record_locked(tail, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
   return recorded_count_.load(std::memory_order_relaxed) >= end ? TailRecord::kRecorded
@@ -269,6 +290,17 @@ void GpuTracker::launch_failed() noexcept {
   if (batches_.empty() && !has_tail()) settle_idle_locked();
 }
 
+RecordsHeld::RecordsHeld() noexcept
+    : trackers_(detail::g_trackers.load(std::memory_order_acquire)) {
+  if (trackers_)
+    for (auto& t : *trackers_) t.mu_.lock();
+}
+
+RecordsHeld::~RecordsHeld() {
+  if (trackers_)
+    for (auto it = trackers_->rbegin(); it != trackers_->rend(); ++it) it->mu_.unlock();
+}
+
 void streams_destroying(CUstream stream) noexcept {
   if (!detail::g_trackers.load(std::memory_order_acquire)) return;
   for (auto& t : detail::create_trackers()) t.stream_destroyed(stream);
@@ -317,13 +349,46 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   // The per-thread default stream's handle names the recording thread's
   // own stream, and a batch may hold other threads' launches on theirs: the
   // event goes on the legacy stream, which waits for them all (a barrier
-  // across the blocking streams), and on none while a blocking stream is
-  // being captured (the legacy stream is unusable then).
-  if (stream == CU_STREAM_PER_THREAD) {
-    stream = nullptr;
-    if (stream_is_capturing(nullptr)) return;
+  // across the blocking streams). Checked again here, under the lock that
+  // the beginning of a capture holds (RecordsHeld): no record is made into
+  // a capture, and none on the legacy stream while a blocking stream is
+  // being captured (it is unusable then).
+  if (stream == CU_STREAM_PER_THREAD) stream = nullptr;
+  if (stream != BatchStreams::none() && stream_is_capturing(stream)) return;
+  // The batch's other streams, taken after `end` was read (batch_streams.hpp).
+  const BatchStreams::Taken left = streams_.take();
+  std::array<CUstream, BatchStreams::kCapacity + 3> on{};
+  std::size_t count = 0;
+  BatchStreams::Taken capturing;  // left out now, covered once their capture ends
+  const auto cover = [&](CUstream s) {
+    if (s == CU_STREAM_PER_THREAD) s = nullptr;
+    if (std::find(on.begin(), on.begin() + count, s) != on.begin() + count) return;
+    if (stream_is_capturing(s)) {
+      if (capturing.count < capturing.streams.size()) capturing.streams[capturing.count++] = s;
+      return;
+    }
+    on[count++] = s;
+  };
+  // First the stream a record on one stream goes on: the named one, else
+  // the legacy stream (the tail's was destroyed; the poller records there).
+  if (stream != BatchStreams::none()) on[count++] = stream;
+  for (std::size_t i = 0; i < left.count; ++i) cover(left.streams[i]);
+  // The legacy stream also waits for the blocking streams the set could not keep.
+  if (count == 0 || left.overflowed) cover(nullptr);
+  // No join while a capture is under way anywhere in the process: a stream
+  // can join a capture by waiting on a captured event (not hooked), and a
+  // record on it would draw the join stream into the capture, which the
+  // application's end of the capture then finds unjoined.
+  CUevent ev = count > 1 && !captures_active() ? record_joined_locked(on.data(), count) : nullptr;
+  const bool joined = ev != nullptr;
+  if (!ev && count > 0) ev = record_event_locked(on[0]);
+  // Not joined (one stream, another context, a failed record): the streams
+  // taken, but the one recorded on, wait for a record that covers them.
+  if (!joined) {
+    streams_.put_back(left, ev ? on[0] : BatchStreams::none());
+  } else {
+    streams_.put_back(capturing, BatchStreams::none());
   }
-  CUevent ev = record_event_locked(stream);
   if (!ev) return;
   batches_.push_back({.event = ev,
                       .end_count = end,
@@ -375,6 +440,74 @@ CUevent GpuTracker::record_event_locked(CUstream stream) noexcept {
   if (ev && r.cuEventRecord(ev, stream) == CUDA_SUCCESS) return ev;
   if (ev) r.cuEventDestroy_v2(ev);
   return nullptr;
+}
+
+// The events on the streams go back to the pool once waited for: a wait
+// holds the record made before it, whatever the event records next. The
+// first stream's record must succeed (through the pool's stale-context
+// check); another's that the driver refuses (a stream of another context)
+// leaves that stream uncovered, and its event in the pool.
+CUevent GpuTracker::record_joined_locked(const CUstream* streams, std::size_t count) noexcept {
+  const RealDriver& r = real();
+  const CUstream join = join_stream_locked();
+  if (!join) return nullptr;
+  // A stream whose record fails for another reason than belonging to
+  // another context is filed again for the next record.
+  BatchStreams::Taken retry;
+  const auto record_other = [&](CUstream stream) -> CUevent {
+    CUevent ev = take_event_locked();
+    const CUresult rc = ev ? r.cuEventRecord(ev, stream) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS) return ev;
+    if (ev) release_locked(ev);
+    if (rc != CUDA_ERROR_INVALID_HANDLE && rc != CUDA_ERROR_INVALID_CONTEXT &&
+        retry.count < retry.streams.size())
+      retry.streams[retry.count++] = stream;
+    return nullptr;
+  };
+  // A join stream the driver no longer knows belonged to a context that is
+  // gone: the next batch of several streams makes another. Not asked while a
+  // capture is under way, where a query could invalidate another thread's.
+  const auto drop_if_stale = [&] {
+    if (captures_active()) return;
+    const CUresult q = r.cuStreamQuery(join);
+    if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
+      join_stream_ = nullptr;
+      join_ctx_ = nullptr;
+    }
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    CUevent ev = i == 0 ? record_event_locked(streams[0]) : record_other(streams[i]);
+    if (!ev) {
+      if (i == 0) return nullptr;  // the caller's record on it fails too
+      continue;                    // that stream's work is not covered
+    }
+    const bool waited = r.cuStreamWaitEvent(join, ev, 0) == CUDA_SUCCESS;
+    release_locked(ev);
+    if (!waited && i == 0) {
+      drop_if_stale();
+      return nullptr;
+    }
+  }
+  CUevent ev = record_event_locked(join);
+  if (!ev) drop_if_stale();
+  if (ev) streams_.put_back(retry, BatchStreams::none());
+  return ev;
+}
+
+// Only in the context the batches are tracked in (ctx_): a process that
+// launches in several contexts on the GPU gets single-stream records in the
+// others. Not made while a capture is under way anywhere in the process.
+CUstream GpuTracker::join_stream_locked() noexcept {
+  const RealDriver& r = real();
+  CUcontext current = nullptr;
+  if (r.cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current || current != ctx_) return nullptr;
+  if (join_stream_ && join_ctx_ == current) return join_stream_;
+  if (captures_active()) return nullptr;
+  CUstream made = nullptr;
+  if (r.cuStreamCreate(&made, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+  join_stream_ = made;
+  join_ctx_ = current;
+  return made;
 }
 
 CUevent GpuTracker::take_event_locked() noexcept {
@@ -823,9 +956,10 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         // already or runs after this record. The per-thread default stream
         // handle would mean this thread's: record on the legacy stream,
         // which waits for the per-thread streams' earlier work.
-        CUstream s = tail_stream_.load(std::memory_order_relaxed);
+        CUstream s = streams_.tail();
         if (s == CU_STREAM_PER_THREAD) s = nullptr;
-        if (has_tail() && !stream_is_capturing(s)) record_locked(s, now, usage);
+        if (has_tail() && (s == BatchStreams::none() || !stream_is_capturing(s)))
+          record_locked(s, now, usage);
         if (batches_.empty()) {
           // Could not record (capture in progress): look again shortly.
         } else {

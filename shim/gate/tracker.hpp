@@ -1,11 +1,12 @@
 // In-flight work tracking of the launch gate, per GPU of the allocation, in
-// this process. Launches are grouped into batches; each batch ends with a
-// no-timing event recorded on the stream of its last launch (every
-// kRecordEvery launches or kRecordInterval of submit time, never on a stream
-// under capture). A poller thread per GPU waits for the oldest batch's event
-// (blocking-sync event: no CPU spin), then publishes the drain marks the
-// daemon charges overrun from. The fast path only reads a few counters
-// to bound the queued work (docs/scheduler.md, "Launch gate").
+// this process. Launches are grouped into batches; each batch ends with an
+// event recorded on the stream of its last launch (every kRecordEvery
+// launches or kRecordInterval of submit time, never on a stream under
+// capture), or, where the batch went to several streams, on the tracker's
+// own stream once it waited for an event on each (batch_streams.hpp). A poller thread per GPU waits
+// for the oldest batch's event (blocking-sync event: no CPU spin), then publishes the drain marks
+// the daemon charges overrun from. The fast path only reads a few counters to bound the queued work
+// (docs/scheduler.md, "Launch gate").
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "shim/driver/cuda_api.hpp"
+#include "shim/gate/batch_streams.hpp"
 #include "shim/gate/estimate.hpp"
 #include "shim/gate/poll_wait.hpp"
 #include "shm/layout.hpp"
@@ -63,6 +65,8 @@ enum class SyncScope {
 };
 
 class GpuTracker {
+  friend class RecordsHeld;
+
  public:
   // Fast path: GPU time of the work launched and not known complete
   // (gate/estimate.hpp).
@@ -111,7 +115,7 @@ class GpuTracker {
     // gate check and its count: one RMW on the same word orders the two, so
     // either it sees this launch or this launch sees kIdle and marks again.
     // The stream first: whoever sees this launch counted finds its stream.
-    tail_stream_.store(stream, std::memory_order_relaxed);
+    streams_.on_launch(stream);
     if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
       mark_busy();
     if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
@@ -151,9 +155,9 @@ class GpuTracker {
   // (by the estimate), or for the oldest batch when there is no estimate.
   void wait_for_progress(CUstream stream, std::uint64_t excess_ns, shm::GpuUsage& usage) noexcept;
 
-  // The application destroys `stream`: a tail last launched on it is
-  // recorded now, while the handle is valid (the poller would record it
-  // later, on a destroyed stream).
+  // The application destroys `stream`: work of the batch on it is recorded
+  // now, while the handle is valid, and the stream forgotten, so no later
+  // record names it.
   void stream_destroyed(CUstream stream) noexcept;
 
   // The application synchronises with the work of this process on the
@@ -220,6 +224,12 @@ class GpuTracker {
   CUevent take_event_locked() noexcept;
   // An event recorded on `stream` (from the pool, else new), or null.
   CUevent record_event_locked(CUstream stream) noexcept;
+  // One event for work on several streams: an event on each, waited for by
+  // the tracker's join stream, and the event recorded there; null where
+  // there is no join stream here (another context) or its record failed.
+  CUevent record_joined_locked(const CUstream* streams, std::size_t count) noexcept;
+  // The tracker's join stream in the current context (null: none here).
+  CUstream join_stream_locked() noexcept;
   // Back to the free list unless one of the roles below still holds it.
   void release_locked(CUevent ev) noexcept;
   std::uint64_t completed_at_locked(CUevent ev, std::uint64_t seen_ns,
@@ -238,7 +248,7 @@ class GpuTracker {
   std::atomic<std::uint64_t> oldest_batch_end_{0};  // its end_count
   std::atomic<std::uint64_t> tail_first_ns_{0};     // first unrecorded launch (0: none)
   std::atomic<std::uint64_t> tail_last_ns_{0};
-  std::atomic<CUstream> tail_stream_{nullptr};
+  BatchStreams streams_;  // the last launch's stream, and those the batch left behind
   std::atomic<std::uint64_t> last_record_ns_{0};
   std::atomic<std::uint32_t> since_record_{0};
   std::atomic<std::uint32_t> wake_word_{0};         // poller FUTEX_WAITs here when idle
@@ -280,7 +290,12 @@ class GpuTracker {
   // GapProbe::start (created at the first spell; null: none, or the context
   // it was made in is gone). Under mu_.
   CUstream probe_stream_ = nullptr;
-  CUcontext probe_ctx_ = nullptr;      // the context probe_stream_ belongs to
+  CUcontext probe_ctx_ = nullptr;  // the context probe_stream_ belongs to
+  // The non-blocking stream a batch's event goes on when the batch went to
+  // several streams (record_joined_locked), in ctx_; null until needed, or
+  // when ctx_ is gone. Under mu_.
+  CUstream join_stream_ = nullptr;
+  CUcontext join_ctx_ = nullptr;
   CUevent spell_end_ = nullptr;        // last event of the last spell that left the allocation idle
   std::uint64_t spell_end_lo_ns_ = 0;  // it completed no earlier (0: unknown)
   // The last measured spell's start: its `to` event and when that
@@ -326,6 +341,21 @@ inline GpuTracker& tracker(unsigned gpu) noexcept {
   return (*t)[gpu % shm::kMaxGpus];
 }
 void reset_trackers_after_fork() noexcept;
+// Held around the driver's beginning of a capture: no record of the gate is
+// under way meanwhile, so each record's check of its streams sees the
+// capture or comes before it. A record into the capture would fork the
+// gate's join stream into it, and the application's end of the capture
+// would fail (a stream left unjoined).
+class RecordsHeld {
+ public:
+  RecordsHeld() noexcept;
+  ~RecordsHeld();
+  RecordsHeld(const RecordsHeld&) = delete;
+  RecordsHeld& operator=(const RecordsHeld&) = delete;
+
+ private:
+  detail::Trackers* trackers_;
+};
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
 // Around the application's synchronisation, for the GPU of the current

@@ -63,6 +63,7 @@ CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
 template <class Call>
 CUresult begin_capture(CUstream stream, Call&& call) {
   set_capture_status_query(real().cuStreamIsCapturing);
+  const gate::RecordsHeld held;  // no gate record lands in the capture
   const CUresult rc = call();
   if (rc == CUDA_SUCCESS) capture_began(stream);
   return rc;

@@ -1,8 +1,12 @@
 #include "tests/fakegpu/cuda/handle_registry.hpp"
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace fakegpu {
 
@@ -15,6 +19,8 @@ struct Registry {
     const void* owner;
   };
   std::unordered_map<const void*, Entry> kinds;
+  std::atomic<bool> remember_freed{false};
+  std::unordered_set<const void*> freed_streams;  // only while remember_freed
 };
 
 Registry& registry() {
@@ -28,6 +34,7 @@ void register_handle(const void* object, HandleKind kind, const void* owner) {
   Registry& r = registry();
   std::unique_lock lock(r.mu);
   r.kinds[object] = {kind, owner};
+  r.freed_streams.erase(object);
 }
 
 bool unregister_handle(const void* object, HandleKind kind) {
@@ -36,6 +43,8 @@ bool unregister_handle(const void* object, HandleKind kind) {
   auto it = r.kinds.find(object);
   if (it == r.kinds.end() || it->second.kind != kind) return false;
   r.kinds.erase(it);
+  if (kind == HandleKind::stream && r.remember_freed.load(std::memory_order_relaxed))
+    r.freed_streams.insert(object);
   return true;
 }
 
@@ -47,6 +56,8 @@ std::vector<std::pair<void*, HandleKind>> take_owned_handles(const void* owner) 
   for (auto it = r.kinds.begin(); it != r.kinds.end();) {
     if (it->second.owner == owner) {
       taken.emplace_back(const_cast<void*>(it->first), it->second.kind);
+      if (it->second.kind == HandleKind::stream && r.remember_freed.load(std::memory_order_relaxed))
+        r.freed_streams.insert(it->first);
       it = r.kinds.erase(it);
     } else {
       ++it;
@@ -61,6 +72,23 @@ bool is_handle(const void* object, HandleKind kind) {
   std::shared_lock lock(r.mu);
   auto it = r.kinds.find(object);
   return it != r.kinds.end() && it->second.kind == kind;
+}
+
+void set_freed_stream_policy(bool abort) {
+  registry().remember_freed.store(abort, std::memory_order_relaxed);
+}
+
+void abort_if_freed_stream(const void* object, const char* call) {
+  Registry& r = registry();
+  if (!r.remember_freed.load(std::memory_order_relaxed)) return;
+  {
+    std::shared_lock lock(r.mu);
+    if (!r.freed_streams.contains(object)) return;
+  }
+  std::fprintf(stderr,
+               "fakegpu: %s was given %p, a destroyed stream (FAKEGPU_FREED_STREAMS=abort)\n", call,
+               object);
+  std::abort();
 }
 
 }  // namespace fakegpu

@@ -284,6 +284,10 @@ TEST(Config, DevicesAndKnobsAreValidated) {
   EXPECT_EQ(defaults.config->timeslice_ns, 2'000'000u);
   EXPECT_EQ(defaults.config->kernel_ns, 10'000u);
   EXPECT_EQ(defaults.config->driver_version, 13000);
+  EXPECT_FALSE(defaults.config->abort_on_freed_stream);
+  ConfigResult strict = load_config(env({{"FAKEGPU_FREED_STREAMS", "abort"}}));
+  ASSERT_TRUE(strict.config.has_value()) << strict.error;
+  EXPECT_TRUE(strict.config->abort_on_freed_stream);
   for (auto [name, value] : std::vector<std::pair<std::string, std::string>>{
            {"FAKEGPU_DEVICES", "H100;T4"},
            {"FAKEGPU_DEVICES",
@@ -292,7 +296,8 @@ TEST(Config, DevicesAndKnobsAreValidated) {
            {"FAKEGPU_KERNEL_NS", "1us"},
            {"FAKEGPU_DRIVER_VERSION", "9000"},
            {"FAKEGPU_TIMESLICE_US", "20000000"},
-           {"FAKEGPU_QUEUE_DEPTH", "0"}}) {
+           {"FAKEGPU_QUEUE_DEPTH", "0"},
+           {"FAKEGPU_FREED_STREAMS", "crash"}}) {
     ConfigResult bad = load_config(env({{name, value}}));
     EXPECT_FALSE(bad.config.has_value()) << name << "=" << value;
     EXPECT_NE(bad.error.find(name), std::string::npos) << bad.error;

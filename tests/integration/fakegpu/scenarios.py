@@ -226,7 +226,8 @@ def bad_configuration(env):
     cases = [("FAKEGPU_DEVICES", "H100:80Gi"), ("FAKEGPU_DEVICES", "H100:80Gx:132"), ("FAKEGPU_DEVICES", "H100:80Gi:0"),
              ("FAKEGPU_CONTEXT_OVERHEAD", "300MB"), ("FAKEGPU_TIMESLICE_US", "abc"), ("FAKEGPU_TIMESLICE_US", "0"),
              ("FAKEGPU_KERNEL_NS", "-1"), ("FAKEGPU_DRIVER_VERSION", "13001"), ("FAKEGPU_COPY_BW", "0"),
-             ("FAKEGPU_HOST_BACKING", "lots"), ("FAKEGPU_QUEUE_DEPTH", "5000")]
+             ("FAKEGPU_HOST_BACKING", "lots"), ("FAKEGPU_QUEUE_DEPTH", "5000"),
+             ("FAKEGPU_FREED_STREAMS", "sometimes")]
     for name, value in cases:
         out = subprocess.run([ARGS.alloc_probe, "--max", "1Mi", "--step", "1Mi"], env=env_with({name: value}),
                              capture_output=True, text=True, timeout=30)
@@ -290,9 +291,47 @@ def visible_devices(env):
     print("CUDA_VISIBLE_DEVICES: indices, UUID, prefix, stop-at-invalid and empty all behave")
 
 
+# A program that destroys a stream and an event, then uses each (ctypes on
+# fakegpu's libcuda.so.1, found through the test's library path).
+USE_AFTER_DESTROY = r"""
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+dev, ctx, stream, event = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuStreamCreate(ctypes.byref(stream), 1) == 0
+assert cu.cuEventCreate(ctypes.byref(event), 0) == 0
+assert cu.cuEventDestroy_v2(event) == 0
+print("event", cu.cuEventQuery(event), flush=True)
+assert cu.cuStreamDestroy_v2(stream) == 0
+print("stream", cu.cuStreamQuery(stream), flush=True)
+"""
+
+
+def freed_streams(env):
+    """A destroyed stream (or event) handle gets CUDA_ERROR_INVALID_HANDLE; with
+    FAKEGPU_FREED_STREAMS=abort a destroyed stream ends the process, naming it."""
+    def run(policy):
+        return subprocess.run([sys.executable, "-c", USE_AFTER_DESTROY],
+                              env=dict(env, FAKEGPU_FREED_STREAMS=policy), capture_output=True, text=True,
+                              timeout=30)
+    lenient = run("error")
+    if lenient.returncode != 0 or lenient.stdout.split() != ["event", "400", "stream", "400"]:
+        fail("FAKEGPU_FREED_STREAMS=error: expected CUDA_ERROR_INVALID_HANDLE (400) for both, got rc=%d %r %r" %
+             (lenient.returncode, lenient.stdout, lenient.stderr))
+    strict = run("abort")
+    if (strict.returncode != -signal.SIGABRT or "a destroyed stream" not in strict.stderr or
+            strict.stdout.split() != ["event", "400"]):
+        fail("FAKEGPU_FREED_STREAMS=abort: expected an abort at the destroyed stream, got rc=%d %r %r" %
+             (strict.returncode, strict.stdout, strict.stderr))
+    print("destroyed streams: an error by default, an abort when asked")
+
+
 SCENARIOS = {f.__name__: f for f in [two_processes_share, unequal_kernels_share, lone_process_busy, capacity_concurrent,
                                      killed_process_memory_returns, bad_configuration, api_matrix,
-                                     visible_devices]}
+                                     visible_devices, freed_streams]}
 
 
 def main():
@@ -309,7 +348,8 @@ def main():
         if ARGS.scenario == "capacity_concurrent":
             extra.update({"FAKEGPU_DEVICES": "T4:16Gi:40", "FAKEGPU_CONTEXT_OVERHEAD": "256Mi"})
         for knob in ["FAKEGPU_DEVICES", "FAKEGPU_CONTEXT_OVERHEAD", "FAKEGPU_TIMESLICE_US", "FAKEGPU_KERNEL_NS",
-                     "FAKEGPU_DRIVER_VERSION", "FAKEGPU_COPY_BW", "FAKEGPU_HOST_BACKING", "FAKEGPU_QUEUE_DEPTH"]:
+                     "FAKEGPU_DRIVER_VERSION", "FAKEGPU_COPY_BW", "FAKEGPU_HOST_BACKING", "FAKEGPU_QUEUE_DEPTH",
+                     "FAKEGPU_FREED_STREAMS"]:
             if knob not in extra:
                 os.environ.pop(knob, None)
         try:

@@ -501,6 +501,22 @@ def case_threads(h):
     check((used := h.usage_after_exit().used()) == 0, f"ledger {used} after exit")
 
 
+def case_stream_churn(h):
+    """Threads launching round the streams of their own, each stream destroyed
+    with its work still queued after a few launches and made anew: the gate's
+    batch records cover the batch's streams and never name a destroyed one
+    (fakegpu aborts the process on one here), and every launch is counted."""
+    worker = os.path.join(h.a.samples_dir, "spin_worker")
+    out, err = h.run([worker, "--seconds", "2", "--kernel-us", "20", "--threads", "4",
+                      "--streams", "3", "--churn-streams", "7"],
+                     extra={"FAKEGPU_FREED_STREAMS": "abort", "CUSHARE_COMPUTE_MODE": "burst"},
+                     timeout=60)
+    check(out["errors"] == 0, f"spin_worker: {out} {err}")
+    check(out["launches"] > 1000, f"only {out['launches']} launches in 2 s")
+    counted = cr.Region.read(os.path.join(h.run_dir, "usage"), "usage").get("gpus", 0, "launches")
+    check(counted == out["launches"], f"the gate counted {counted} launches of {out['launches']}")
+
+
 def case_oom_backtrace(h):
     """CUSHARE_OOM_BACKTRACE=1 adds the call site to the OOM line."""
     extra = dict(QUOTA)
@@ -903,6 +919,7 @@ CASES = {
     "disable": case_disable,
     "fork": case_fork,
     "threads": case_threads,
+    "stream_churn": case_stream_churn,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,

@@ -314,9 +314,12 @@ def freed_streams(env):
     """A destroyed stream (or event) handle gets CUDA_ERROR_INVALID_HANDLE; with
     FAKEGPU_FREED_STREAMS=abort a destroyed stream ends the process, naming it."""
     def run(policy):
-        return subprocess.run([sys.executable, "-c", USE_AFTER_DESTROY],
-                              env=dict(env, FAKEGPU_FREED_STREAMS=policy), capture_output=True, text=True,
-                              timeout=30)
+        # An instrumented libcuda.so.1 needs its sanitizer's runtime loaded first.
+        child = dict(env, FAKEGPU_FREED_STREAMS=policy)
+        if ARGS.preload_prefix:
+            child["LD_PRELOAD"] = ARGS.preload_prefix.rstrip(":")
+        return subprocess.run([sys.executable, "-c", USE_AFTER_DESTROY], env=child, capture_output=True,
+                              text=True, timeout=30)
     lenient = run("error")
     if lenient.returncode != 0 or lenient.stdout.split() != ["event", "400", "stream", "400"]:
         fail("FAKEGPU_FREED_STREAMS=error: expected CUDA_ERROR_INVALID_HANDLE (400) for both, got rc=%d %r %r" %
@@ -341,6 +344,9 @@ def main():
     parser.add_argument("--stat", required=True)
     parser.add_argument("--alloc-probe", required=True)
     parser.add_argument("--spin-worker", required=True)
+    parser.add_argument("--preload-prefix", default="",
+                        help="what LD_PRELOAD must start with (a sanitizer's runtime) for a program "
+                             "that loads the instrumented libcuda.so.1 itself")
     ARGS = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fakegpu-test-") as tmp:
         extra = {"FAKEGPU_STATE": os.path.join(tmp, "state"), "FAKEGPU_TEST_TMP": tmp}

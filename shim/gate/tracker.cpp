@@ -63,6 +63,8 @@ void GpuTracker::reset_after_fork() noexcept {
   batches_ = {};
   free_events_ = {};
   ctx_ = nullptr;
+  ctx_epoch_ = 0;
+  waits_out_.store(0);
   spell_end_ = nullptr;
   spell_end_lo_ns_ = 0;
   spell_start_ = {};
@@ -885,7 +887,10 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
-    if (!batches_.empty()) ev = batches_.front().event;
+    if (!batches_.empty()) {
+      ev = batches_.front().event;
+      waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
+    }
   }
   ensure_poller(usage);
   if (!ev) {
@@ -894,13 +899,19 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     nanosleep(&ts, nullptr);
     return;
   }
-  CUresult rc;
-  {
-    const SyncOp op;  // memory pools may give memory back here
-    rc = real().cuEventSynchronize(ev);
-  }
+  const CUresult rc = wait_for_event(ev);
   std::lock_guard lock(mu_);
   if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) complete_waited_front_locked(ev, usage);
+}
+
+CUresult GpuTracker::wait_for_event(CUevent ev) noexcept {
+  CUresult rc;
+  {
+    const SyncOp op;                     // memory pools may give memory back here
+    rc = real().cuEventSynchronize(ev);  // blocking-sync event: sleeps
+  }
+  waits_out_.fetch_sub(1, std::memory_order_release);
+  return rc;
 }
 
 // After a wait for `ev` outside the lock: the batch it ended may have been
@@ -926,23 +937,32 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     r.cuThreadExchangeStreamCaptureMode(&mode);
   }
-  bool ctx_set = false;
+  // The epoch of the context made current here (a context that ended is
+  // followed by the next one the batches are recorded in).
+  std::uint32_t bound_epoch = ~0u;
+  // Under the lock: whether ctx_ is current here. This thread's records
+  // need it: their events are made in the current context, and must be in
+  // the stream's. ctx_ is learnt by a launching thread's record only.
+  const auto bound = [&] {
+    if (ctx_ && bound_epoch != ctx_epoch_ && r.cuCtxSetCurrent &&
+        r.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS)
+      bound_epoch = ctx_epoch_;
+    return ctx_ && bound_epoch == ctx_epoch_;
+  };
   for (;;) {
     CUevent ev = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (!ctx_set && ctx_ && r.cuCtxSetCurrent) ctx_set = r.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS;
-      if (!batches_.empty()) ev = batches_.front().event;
+      bound();
+      if (!batches_.empty()) {
+        ev = batches_.front().event;
+        waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
+      }
     }
     if (ev) {
-      CUresult rc;
-      {
-        const SyncOp op;                // memory pools may give memory back here
-        rc = r.cuEventSynchronize(ev);  // blocking-sync event: sleeps
-      }
+      wait_for_event(ev);
       std::lock_guard lock(mu_);
       complete_waited_front_locked(ev, *usage);
-      (void)rc;
       continue;
     }
     // No recorded batch: a tail of launches may still be unrecorded (the
@@ -958,7 +978,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         // which waits for the per-thread streams' earlier work.
         CUstream s = streams_.tail();
         if (s == CU_STREAM_PER_THREAD) s = nullptr;
-        if (has_tail() && (s == BatchStreams::none() || !stream_is_capturing(s)))
+        if (has_tail() && bound() && (s == BatchStreams::none() || !stream_is_capturing(s)))
           record_locked(s, now, usage);
         if (batches_.empty()) {
           // Could not record (capture in progress): look again shortly.

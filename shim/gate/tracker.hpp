@@ -66,6 +66,7 @@ enum class SyncScope {
 
 class GpuTracker {
   friend class RecordsHeld;
+  friend class ContextEnding;
 
  public:
   // Fast path: GPU time of the work launched and not known complete
@@ -202,6 +203,21 @@ class GpuTracker {
   // Fork child: forget the parent's events and thread.
   void reset_after_fork() noexcept;
 
+  // The application ends a context (ContextEnding, below); all under the lock.
+  // Whether the tracker's handles live in `ctx`: its batches' events, its
+  // probe or join stream.
+  bool names_context_locked(CUcontext ctx) const noexcept;
+  // The streams filed in the batch set that belong to `ctx` leave it (asked
+  // of the driver while they still exist).
+  void forget_streams_of_locked(CUcontext ctx) noexcept;
+  // Until no thread waits outside the lock on one of the tracker's events
+  // (at most kContextEndWaitNs); whether none does.
+  bool wait_for_event_waits_locked() noexcept;
+  // `ctx` is gone, and the driver destroyed its events and streams with it:
+  // the tracker forgets them without a call, and the work it had counted in
+  // flight there ended with the context.
+  void context_ended_locked(CUcontext ctx) noexcept;
+
  private:
   // submitted_'s top bit: this process is not counted busy (set by the
   // poller when it found everything complete, and at start); the rest is
@@ -215,6 +231,11 @@ class GpuTracker {
   void record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept;
   void ensure_poller(shm::GpuUsage& usage) noexcept;
   void poll_loop(shm::GpuUsage* usage) noexcept;
+  // A wait outside the lock on `ev`, an event of the front batch (the
+  // poller's and a launching thread's): counted in waits_out_, so that a
+  // context's end waits for it to return before the driver destroys the
+  // event (ContextEnding).
+  CUresult wait_for_event(CUevent ev) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;
@@ -268,6 +289,11 @@ class GpuTracker {
   std::deque<Batch> batches_;
   std::vector<CUevent> free_events_;
   CUcontext ctx_ = nullptr;
+  // Bumped (under mu_) when ctx_ ends: the poller makes the next ctx_
+  // current then.
+  std::uint32_t ctx_epoch_ = 0;
+  // Threads inside wait_for_event(); raised only under mu_.
+  std::atomic<std::uint32_t> waits_out_{0};
   // Idle gaps (begin_spell). Under mu_.
   struct GapProbe {
     CUevent from = nullptr;     // last batch event of the spell before the gap
@@ -356,6 +382,31 @@ class RecordsHeld {
  private:
   detail::Trackers* trackers_;
 };
+// Held around the driver's end of a context (cuCtxDestroy, a primary
+// context's last release or its reset). Made before the call: the streams of
+// the context leave every tracker's batch set, and a tracker whose events or
+// own streams live in the context stays locked, once no thread waits on one
+// of its events (a wait, like every other call on a handle of the context,
+// must not overlap the context's destruction). After a call that ended the
+// context, ended(): those trackers forget the handles the driver destroyed.
+class ContextEnding {
+ public:
+  explicit ContextEnding(CUcontext ctx) noexcept;
+  ~ContextEnding();
+  ContextEnding(const ContextEnding&) = delete;
+  ContextEnding& operator=(const ContextEnding&) = delete;
+  void ended() noexcept;
+
+ private:
+  CUcontext ctx_;
+  std::array<GpuTracker*, shm::kMaxGpus> held_{};
+  std::size_t count_ = 0;
+};
+// How long a context's end waits for the gate's waits on its events: they end
+// when the front batch completes, which the queue bound keeps to milliseconds.
+// Past it (work that does not complete), the end goes on, and a wait still
+// under way may see its event destroyed.
+inline constexpr std::uint64_t kContextEndWaitNs = 10'000'000'000;
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
 // Around the application's synchronisation, for the GPU of the current

@@ -8,6 +8,7 @@
 #include "shim/accounting/memory_accounting.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/accounting/module_accounting.hpp"
+#include "shim/gate/tracker.hpp"
 #include "shim/hooks/decls.hpp"
 #include "shim/hooks/support.hpp"
 
@@ -45,7 +46,9 @@ CUresult destroy(CUcontext ctx, Call&& call) {
   const ContextModules modules = modules_of_context(ctx, -1);
   const AllocationState* st = allocation_state();
   const MemoryOp op(st);
+  gate::ContextEnding ending(ctx);
   const CUresult rc = call();
+  if (rc == CUDA_SUCCESS) ending.ended();
   if (st && rc == CUDA_SUCCESS) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, ctx, -1);
@@ -104,13 +107,35 @@ bool primary_active(CUdevice dev) {
          r.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active;
 }
 
+// The handle of the primary context of `dev` while it is active, else null.
+// A retain and a release of the driver's own: the count is as it was, and
+// reaches zero in between only if other threads release references the
+// caller does not hold.
+CUcontext active_primary(CUdevice dev) {
+  const RealDriver& r = real();
+  CUcontext ctx = nullptr;
+  if (!primary_active(dev) || !r.cuDevicePrimaryCtxRetain ||
+      r.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+    return nullptr;
+  if (r.cuDevicePrimaryCtxRelease_v2)
+    r.cuDevicePrimaryCtxRelease_v2(dev);
+  else
+    r.cuDevicePrimaryCtxRelease(dev);
+  return ctx;
+}
+
+// A release ends the context only when it drops the last reference, which
+// only the state after it tells; a reset always does.
 template <class Call>
 CUresult primary_release(CUdevice dev, Call&& call) {
   const ContextModules modules = modules_of_context(nullptr, dev);
   const AllocationState* st = allocation_state();
   const MemoryOp op(st);
+  gate::ContextEnding ending(active_primary(dev));
   const CUresult rc = call();
-  if (st && rc == CUDA_SUCCESS && !primary_active(dev)) {
+  const bool ended = rc == CUDA_SUCCESS && !primary_active(dev);
+  if (ended) ending.ended();
+  if (st && ended) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, nullptr, dev);
     release_destroyed_allocations(*st);

@@ -155,13 +155,13 @@ ConfigResult load_config(const EnvLookup& lookup) {
   config.driver_version = static_cast<int>(driver_version);
   config.timeslice_ns = timeslice_us * 1000;
   config.queue_depth = static_cast<uint32_t>(queue_depth);
-  if (const char* freed = env("FAKEGPU_FREED_STREAMS"); freed && *freed) {
+  if (const char* freed = env("FAKEGPU_FREED_HANDLES"); freed && *freed) {
     const std::string policy = freed;
     if (policy != "error" && policy != "abort") {
-      result.error = bad("FAKEGPU_FREED_STREAMS", freed, "error or abort");
+      result.error = bad("FAKEGPU_FREED_HANDLES", freed, "error or abort");
       return result;
     }
-    config.abort_on_freed_stream = policy == "abort";
+    config.abort_on_freed_handle = policy == "abort";
   }
   result.config = config;
   return result;

@@ -29,11 +29,11 @@ struct Config {
   uint64_t copy_bytes_per_s = 25ull << 30;   // host<->device; device-local is 10x
   uint64_t host_backing_limit = 1ull << 30;  // per process, bytes of real host backing
   uint32_t queue_depth = 1024;               // pending launches per context
-  // A stream handle used after it was destroyed: the driver's error
+  // A stream or event handle used after it was destroyed: the driver's error
   // (false), or abort the process (true; a real driver may act on freed
   // memory there, so tests of callers that must never do it ask for the
   // abort).
-  bool abort_on_freed_stream = false;
+  bool abort_on_freed_handle = false;
 };
 
 struct ConfigResult {

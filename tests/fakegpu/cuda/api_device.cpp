@@ -161,7 +161,7 @@ FAKEGPU_API CUresult cuInit(unsigned int Flags) {
     return d.init_error;
   }
   d.config = *loaded.config;
-  set_freed_stream_policy(d.config.abort_on_freed_stream);
+  set_freed_handle_policy(d.config.abort_on_freed_handle);
   std::string error;
   d.file = StateFile::open(d.config, error);
   if (d.file == nullptr) {

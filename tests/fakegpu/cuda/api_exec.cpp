@@ -288,7 +288,9 @@ CUresult stream_query(CUstream stream) {
 // ---- events ----
 
 Event* as_event(CUevent e) {
-  return handle_object<Event>(e, HandleKind::event);
+  Event* event = handle_object<Event>(e, HandleKind::event);
+  if (event == nullptr) abort_if_freed(e, "a call on an event");
+  return event;
 }
 
 CUresult event_record(CUevent event, CUstream stream, unsigned flags) {
@@ -696,7 +698,10 @@ FAKEGPU_API CUresult cuEventDestroy_v2(CUevent hEvent) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   // Forgotten first, so only one of two racing destroys frees the slot. The
   // object stays allocated: another thread's call in flight may still read it.
-  if (!unregister_handle(hEvent, HandleKind::event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!unregister_handle(hEvent, HandleKind::event)) {
+    abort_if_freed(hEvent, "cuEventDestroy");
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   drop_event(hEvent);
   return CUDA_SUCCESS;
 }
@@ -736,6 +741,10 @@ FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
   Event* e = as_event(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   for (;;) {
+    // Destroyed while this waits (with its context, or by another thread):
+    // a real driver may act on freed memory here.
+    if (!is_handle(e, HandleKind::event))
+      abort_if_freed(e, "cuEventSynchronize, waiting when it was destroyed,");
     CUresult r = event_state(e, nullptr);
     if (r == CUDA_SUCCESS) trim_pools_after_sync();
     if (r != CUDA_ERROR_NOT_READY) return r;

@@ -184,7 +184,7 @@ CUresult resolve_stream_object(CUstream stream, Stream** out) {
     return CUDA_SUCCESS;
   }
   Stream* s = handle_object<Stream>(stream, HandleKind::stream);
-  if (s == nullptr) abort_if_freed_stream(stream, "a call on a stream");
+  if (s == nullptr) abort_if_freed(stream, "a call on a stream");
   if (s == nullptr || s->ctx == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *out = s;
   return CUDA_SUCCESS;

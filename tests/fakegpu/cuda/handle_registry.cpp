@@ -20,8 +20,15 @@ struct Registry {
   };
   std::unordered_map<const void*, Entry> kinds;
   std::atomic<bool> remember_freed{false};
-  std::unordered_set<const void*> freed_streams;  // only while remember_freed
+  std::unordered_map<const void*, HandleKind>
+      freed;  // streams and events, only while remember_freed
 };
+
+// The kinds FAKEGPU_FREED_HANDLES=abort watches: those a caller keeps across
+// calls and may name after their context ended.
+bool remembered(HandleKind kind) {
+  return kind == HandleKind::stream || kind == HandleKind::event;
+}
 
 Registry& registry() {
   static auto* instance = new Registry();  // never destroyed: other threads may call in at exit
@@ -34,7 +41,7 @@ void register_handle(const void* object, HandleKind kind, const void* owner) {
   Registry& r = registry();
   std::unique_lock lock(r.mu);
   r.kinds[object] = {kind, owner};
-  r.freed_streams.erase(object);
+  r.freed.erase(object);
 }
 
 bool unregister_handle(const void* object, HandleKind kind) {
@@ -43,8 +50,7 @@ bool unregister_handle(const void* object, HandleKind kind) {
   auto it = r.kinds.find(object);
   if (it == r.kinds.end() || it->second.kind != kind) return false;
   r.kinds.erase(it);
-  if (kind == HandleKind::stream && r.remember_freed.load(std::memory_order_relaxed))
-    r.freed_streams.insert(object);
+  if (remembered(kind) && r.remember_freed.load(std::memory_order_relaxed)) r.freed[object] = kind;
   return true;
 }
 
@@ -56,8 +62,8 @@ std::vector<std::pair<void*, HandleKind>> take_owned_handles(const void* owner) 
   for (auto it = r.kinds.begin(); it != r.kinds.end();) {
     if (it->second.owner == owner) {
       taken.emplace_back(const_cast<void*>(it->first), it->second.kind);
-      if (it->second.kind == HandleKind::stream && r.remember_freed.load(std::memory_order_relaxed))
-        r.freed_streams.insert(it->first);
+      if (remembered(it->second.kind) && r.remember_freed.load(std::memory_order_relaxed))
+        r.freed[it->first] = it->second.kind;
       it = r.kinds.erase(it);
     } else {
       ++it;
@@ -74,20 +80,22 @@ bool is_handle(const void* object, HandleKind kind) {
   return it != r.kinds.end() && it->second.kind == kind;
 }
 
-void set_freed_stream_policy(bool abort) {
+void set_freed_handle_policy(bool abort) {
   registry().remember_freed.store(abort, std::memory_order_relaxed);
 }
 
-void abort_if_freed_stream(const void* object, const char* call) {
+void abort_if_freed(const void* object, const char* call) {
   Registry& r = registry();
   if (!r.remember_freed.load(std::memory_order_relaxed)) return;
+  HandleKind kind;
   {
     std::shared_lock lock(r.mu);
-    if (!r.freed_streams.contains(object)) return;
+    auto it = r.freed.find(object);
+    if (it == r.freed.end()) return;
+    kind = it->second;
   }
-  std::fprintf(stderr,
-               "fakegpu: %s was given %p, a destroyed stream (FAKEGPU_FREED_STREAMS=abort)\n", call,
-               object);
+  std::fprintf(stderr, "fakegpu: %s was given %p, a destroyed %s (FAKEGPU_FREED_HANDLES=abort)\n",
+               call, object, kind == HandleKind::stream ? "stream" : "event");
   std::abort();
 }
 

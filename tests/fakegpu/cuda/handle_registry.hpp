@@ -39,13 +39,14 @@ bool unregister_handle(const void* object, HandleKind kind);
 std::vector<std::pair<void*, HandleKind>> take_owned_handles(const void* owner);
 // Whether `object` is a live handle of `kind`. Never dereferences it.
 bool is_handle(const void* object, HandleKind kind);
-// With `abort` (FAKEGPU_FREED_STREAMS=abort), destroyed stream handles are
-// remembered until their address is handed out again, and
-// abort_if_freed_stream() ends the process on one.
-void set_freed_stream_policy(bool abort);
-// Called where a lookup of `object` as a stream failed: aborts, naming the
-// call, if the policy asks for it and `object` is a destroyed stream.
-void abort_if_freed_stream(const void* object, const char* call);
+// With `abort` (FAKEGPU_FREED_HANDLES=abort), destroyed stream and event
+// handles (by their destroy call or with their context) are remembered until
+// their address is handed out again, and abort_if_freed() ends the process
+// on one.
+void set_freed_handle_policy(bool abort);
+// Called where a lookup of `object` as a stream or an event failed: aborts,
+// naming the call, if the policy asks for it and `object` is a destroyed one.
+void abort_if_freed(const void* object, const char* call);
 
 // The object behind a handle value, or nullptr when the value is not a live
 // handle of `kind`. Works for pointer handles and for integer handles

@@ -284,10 +284,10 @@ TEST(Config, DevicesAndKnobsAreValidated) {
   EXPECT_EQ(defaults.config->timeslice_ns, 2'000'000u);
   EXPECT_EQ(defaults.config->kernel_ns, 10'000u);
   EXPECT_EQ(defaults.config->driver_version, 13000);
-  EXPECT_FALSE(defaults.config->abort_on_freed_stream);
-  ConfigResult strict = load_config(env({{"FAKEGPU_FREED_STREAMS", "abort"}}));
+  EXPECT_FALSE(defaults.config->abort_on_freed_handle);
+  ConfigResult strict = load_config(env({{"FAKEGPU_FREED_HANDLES", "abort"}}));
   ASSERT_TRUE(strict.config.has_value()) << strict.error;
-  EXPECT_TRUE(strict.config->abort_on_freed_stream);
+  EXPECT_TRUE(strict.config->abort_on_freed_handle);
   for (auto [name, value] : std::vector<std::pair<std::string, std::string>>{
            {"FAKEGPU_DEVICES", "H100;T4"},
            {"FAKEGPU_DEVICES",
@@ -297,7 +297,7 @@ TEST(Config, DevicesAndKnobsAreValidated) {
            {"FAKEGPU_DRIVER_VERSION", "9000"},
            {"FAKEGPU_TIMESLICE_US", "20000000"},
            {"FAKEGPU_QUEUE_DEPTH", "0"},
-           {"FAKEGPU_FREED_STREAMS", "crash"}}) {
+           {"FAKEGPU_FREED_HANDLES", "crash"}}) {
     ConfigResult bad = load_config(env({{name, value}}));
     EXPECT_FALSE(bad.config.has_value()) << name << "=" << value;
     EXPECT_NE(bad.error.find(name), std::string::npos) << bad.error;

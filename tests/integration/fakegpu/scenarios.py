@@ -227,7 +227,7 @@ def bad_configuration(env):
              ("FAKEGPU_CONTEXT_OVERHEAD", "300MB"), ("FAKEGPU_TIMESLICE_US", "abc"), ("FAKEGPU_TIMESLICE_US", "0"),
              ("FAKEGPU_KERNEL_NS", "-1"), ("FAKEGPU_DRIVER_VERSION", "13001"), ("FAKEGPU_COPY_BW", "0"),
              ("FAKEGPU_HOST_BACKING", "lots"), ("FAKEGPU_QUEUE_DEPTH", "5000"),
-             ("FAKEGPU_FREED_STREAMS", "sometimes")]
+             ("FAKEGPU_FREED_HANDLES", "sometimes")]
     for name, value in cases:
         out = subprocess.run([ARGS.alloc_probe, "--max", "1Mi", "--step", "1Mi"], env=env_with({name: value}),
                              capture_output=True, text=True, timeout=30)
@@ -291,50 +291,65 @@ def visible_devices(env):
     print("CUDA_VISIBLE_DEVICES: indices, UUID, prefix, stop-at-invalid and empty all behave")
 
 
-# A program that destroys a stream and an event, then uses each (ctypes on
-# fakegpu's libcuda.so.1, found through the test's library path).
+# A program that destroys an event and a stream, then uses each (ctypes on
+# fakegpu's libcuda.so.1, found through the test's library path): with argv[1]
+# "event" by their destroy calls, the event first; "stream" the stream only;
+# "context" both with the context they were made in.
 USE_AFTER_DESTROY = r"""
 import ctypes, sys
 cu = ctypes.CDLL("libcuda.so.1")
 dev, ctx, stream, event = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+how = sys.argv[1]
 assert cu.cuInit(0) == 0
 assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
+if how == "context":
+    assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+else:
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
 assert cu.cuStreamCreate(ctypes.byref(stream), 1) == 0
 assert cu.cuEventCreate(ctypes.byref(event), 0) == 0
-assert cu.cuEventDestroy_v2(event) == 0
-print("event", cu.cuEventQuery(event), flush=True)
-assert cu.cuStreamDestroy_v2(stream) == 0
+if how == "context":
+    assert cu.cuCtxDestroy_v2(ctx) == 0
+if how == "event":
+    assert cu.cuEventDestroy_v2(event) == 0
+if how != "stream":
+    print("event", cu.cuEventQuery(event), flush=True)
+if how != "context":
+    assert cu.cuStreamDestroy_v2(stream) == 0
 print("stream", cu.cuStreamQuery(stream), flush=True)
 """
 
 
-def freed_streams(env):
-    """A destroyed stream (or event) handle gets CUDA_ERROR_INVALID_HANDLE; with
-    FAKEGPU_FREED_STREAMS=abort a destroyed stream ends the process, naming it."""
-    def run(policy):
+def freed_handles(env):
+    """A destroyed stream or event handle gets CUDA_ERROR_INVALID_HANDLE; with
+    FAKEGPU_FREED_HANDLES=abort one ends the process, naming it, whether its
+    destroy call or its context's end destroyed it."""
+    def run(policy, how):
         # An instrumented libcuda.so.1 needs its sanitizer's runtime loaded first.
-        child = dict(env, FAKEGPU_FREED_STREAMS=policy)
+        child = dict(env, FAKEGPU_FREED_HANDLES=policy)
         if ARGS.preload_prefix:
             child["LD_PRELOAD"] = ARGS.preload_prefix.rstrip(":")
-        return subprocess.run([sys.executable, "-c", USE_AFTER_DESTROY], env=child, capture_output=True,
-                              text=True, timeout=30)
-    lenient = run("error")
-    if lenient.returncode != 0 or lenient.stdout.split() != ["event", "400", "stream", "400"]:
-        fail("FAKEGPU_FREED_STREAMS=error: expected CUDA_ERROR_INVALID_HANDLE (400) for both, got rc=%d %r %r" %
-             (lenient.returncode, lenient.stdout, lenient.stderr))
-    strict = run("abort")
-    if (strict.returncode != -signal.SIGABRT or "a destroyed stream" not in strict.stderr or
-            strict.stdout.split() != ["event", "400"]):
-        fail("FAKEGPU_FREED_STREAMS=abort: expected an abort at the destroyed stream, got rc=%d %r %r" %
-             (strict.returncode, strict.stdout, strict.stderr))
-    print("destroyed streams: an error by default, an abort when asked")
+        return subprocess.run([sys.executable, "-c", USE_AFTER_DESTROY, how], env=child,
+                              capture_output=True, text=True, timeout=30)
+    for how in ["event", "context"]:
+        lenient = run("error", how)
+        if lenient.returncode != 0 or lenient.stdout.split() != ["event", "400", "stream", "400"]:
+            fail("FAKEGPU_FREED_HANDLES=error (%s): expected CUDA_ERROR_INVALID_HANDLE (400) for both, "
+                 "got rc=%d %r %r" % (how, lenient.returncode, lenient.stdout, lenient.stderr))
+    for how, kind in [("event", "event"), ("stream", "stream"), ("context", "event")]:
+        strict = run("abort", how)
+        if (strict.returncode != -signal.SIGABRT or "a destroyed %s" % kind not in strict.stderr or
+                strict.stdout.strip()):
+            fail("FAKEGPU_FREED_HANDLES=abort (%s): expected an abort at the destroyed %s, got rc=%d %r %r" %
+                 (how, kind, strict.returncode, strict.stdout, strict.stderr))
+    print("destroyed streams and events, by their calls or with their context: an error by default, "
+          "an abort when asked")
 
 
 SCENARIOS = {f.__name__: f for f in [two_processes_share, unequal_kernels_share, lone_process_busy, capacity_concurrent,
                                      killed_process_memory_returns, bad_configuration, api_matrix,
-                                     visible_devices, freed_streams]}
+                                     visible_devices, freed_handles]}
 
 
 def main():
@@ -355,7 +370,7 @@ def main():
             extra.update({"FAKEGPU_DEVICES": "T4:16Gi:40", "FAKEGPU_CONTEXT_OVERHEAD": "256Mi"})
         for knob in ["FAKEGPU_DEVICES", "FAKEGPU_CONTEXT_OVERHEAD", "FAKEGPU_TIMESLICE_US", "FAKEGPU_KERNEL_NS",
                      "FAKEGPU_DRIVER_VERSION", "FAKEGPU_COPY_BW", "FAKEGPU_HOST_BACKING", "FAKEGPU_QUEUE_DEPTH",
-                     "FAKEGPU_FREED_STREAMS"]:
+                     "FAKEGPU_FREED_HANDLES"]:
             if knob not in extra:
                 os.environ.pop(knob, None)
         try:

@@ -509,12 +509,33 @@ def case_stream_churn(h):
     worker = os.path.join(h.a.samples_dir, "spin_worker")
     out, err = h.run([worker, "--seconds", "2", "--kernel-us", "20", "--threads", "4",
                       "--streams", "3", "--churn-streams", "7"],
-                     extra={"FAKEGPU_FREED_STREAMS": "abort", "CUSHARE_COMPUTE_MODE": "burst"},
+                     extra={"FAKEGPU_FREED_HANDLES": "abort", "CUSHARE_COMPUTE_MODE": "burst"},
                      timeout=60)
     check(out["errors"] == 0, f"spin_worker: {out} {err}")
     check(out["launches"] > 1000, f"only {out['launches']} launches in 2 s")
     counted = cr.Region.read(os.path.join(h.run_dir, "usage"), "usage").get("gpus", 0, "launches")
     check(counted == out["launches"], f"the gate counted {counted} launches of {out['launches']}")
+
+
+def case_context_end(h):
+    """Contexts that end under queued work, destroyed, reset or released: the
+    gate forgets their events and streams before the driver destroys them,
+    waits on none of them while it does (fakegpu aborts the process on a
+    destroyed handle here), counts every launch, and goes on in the next
+    context."""
+    usage = os.path.join(h.run_dir, "usage")
+    launches = lambda: (cr.Region.read(usage, "usage").get("gpus", 0, "launches")
+                        if os.path.exists(usage) else 0)
+    for how in ["destroy", "reset", "release"]:
+        before = launches()
+        out, err = h.run([h.a.end_probe, "--how", how, "--seconds", "1.5"],
+                         extra={"FAKEGPU_FREED_HANDLES": "abort", "CUSHARE_COMPUTE_MODE": "burst"},
+                         timeout=60)
+        check(out["errors"] == 0, f"{how}: {out} {err}")
+        check(out["rounds"] >= 20, f"{how}: only {out['rounds']} contexts in 1.5 s")
+        counted = launches() - before
+        check(counted == out["launches"], f"{how}: the gate counted {counted} launches of "
+                                          f"{out['launches']}")
 
 
 def case_oom_backtrace(h):
@@ -920,6 +941,7 @@ CASES = {
     "fork": case_fork,
     "threads": case_threads,
     "stream_churn": case_stream_churn,
+    "context_end": case_context_end,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
@@ -954,6 +976,7 @@ def main(cases=None, options=None, prefix="cushare-shim-"):
         ap.add_argument("--probe", required=True)
         ap.add_argument("--memory-probe")
         ap.add_argument("--share-probe")
+        ap.add_argument("--end-probe")
         ap.add_argument("--interposer", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

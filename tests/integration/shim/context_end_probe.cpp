@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -32,7 +33,7 @@ void sleep_us(long us) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string how = "destroy";
   double seconds = 2;
   int kernels = 16;
@@ -101,4 +102,7 @@ int main(int argc, char** argv) {
                           .dump()
                           .c_str());
   return errors ? 3 : 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "context_end_probe: %s\n", e.what());
+  return 2;
 }

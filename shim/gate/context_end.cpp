@@ -1,10 +1,12 @@
 // The launch gate and the end of a context (docs/scheduler.md, "A context's
 // end"). The driver destroys a context's events and streams with it, and a
-// call naming one afterwards may act on freed memory: the tracker's batch
-// events, its pool, its probe and join streams, and the application's streams
-// filed in its batch set must all be forgotten by then, and no thread may be
-// waiting on one of them while the context goes.
+// call naming one afterwards may act on freed memory: no gate thread may use
+// the tracker's batch events, its pool, its probe and join streams or the
+// application's streams filed in its batch set while the context goes, nor
+// wait on one of the events, and all are forgotten once it went.
 #include <time.h>
+
+#include <algorithm>
 
 #include "shim/driver/real_driver.hpp"
 #include "shim/gate/tracker.hpp"
@@ -22,38 +24,36 @@ bool is_pseudo_stream(CUstream s) noexcept {
   return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
          s == BatchStreams::none();
 }
+
+thread_local bool t_ending = false;
+
 }  // namespace
+
+bool ending_a_context() noexcept {
+  return t_ending;
+}
 
 bool GpuTracker::names_context_locked(CUcontext ctx) const noexcept {
   return ctx && (ctx_ == ctx || probe_ctx_ == ctx || join_ctx_ == ctx);
 }
 
-void GpuTracker::forget_streams_of_locked(CUcontext ctx) noexcept {
+CUstream* GpuTracker::streams_of_locked(CUcontext ctx, CUstream* out, CUstream* end) noexcept {
   const RealDriver& r = real();
-  if (!r.cuStreamGetCtx) return;
+  if (!r.cuStreamGetCtx) return out;
   // Taken and filed again at once: launchers may file meanwhile, records
   // (the only other takers) wait for the lock.
   const BatchStreams::Taken filed = streams_.take();
   streams_.put_back(filed, BatchStreams::none());
-  for (std::size_t i = 0; i < filed.count; ++i) {
+  for (std::size_t i = 0; i < filed.count && out != end; ++i) {
     const CUstream s = filed.streams[i];
     if (is_pseudo_stream(s)) continue;
     CUcontext owner = nullptr;
-    if (r.cuStreamGetCtx(s, &owner) == CUDA_SUCCESS && owner == ctx) streams_.forget(s);
+    if (r.cuStreamGetCtx(s, &owner) == CUDA_SUCCESS && owner == ctx) *out++ = s;
   }
+  return out;
 }
 
-bool GpuTracker::wait_for_event_waits_locked() noexcept {
-  const std::uint64_t until = shm::monotonic_ns() + kContextEndWaitNs;
-  while (waits_out_.load(std::memory_order_acquire) != 0) {
-    if (shm::monotonic_ns() >= until) return false;
-    timespec ts{.tv_sec = 0, .tv_nsec = 50'000};
-    nanosleep(&ts, nullptr);
-  }
-  return true;
-}
-
-void GpuTracker::context_ended_locked(CUcontext ctx) noexcept {
+void GpuTracker::context_ended_locked(CUcontext ctx, bool streams_in_ctx) noexcept {
   if (probe_ctx_ == ctx) {
     probe_stream_ = nullptr;
     probe_ctx_ = nullptr;
@@ -62,7 +62,9 @@ void GpuTracker::context_ended_locked(CUcontext ctx) noexcept {
     join_stream_ = nullptr;
     join_ctx_ = nullptr;
   }
-  if (ctx_ != ctx) return;
+  // Not learnt yet (no record since the last end): a tail beside streams of
+  // `ctx` was the context's.
+  if (ctx_ != ctx && (ctx_ != nullptr || !streams_in_ctx || !has_tail())) return;
   // Every event the tracker holds was made while the context was current:
   // in the batches, the pool and the roles (spell ends, gap probes, anchor).
   batches_.clear();
@@ -92,9 +94,8 @@ void GpuTracker::context_ended_locked(CUcontext ctx) noexcept {
   const std::uint64_t now = shm::monotonic_ns();
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);
-  // The next launch records at once, from its own thread: that record
-  // learns the next context (the poller cannot: its current context is
-  // the one that ended).
+  // The next launch records at once, from its own thread, and learns the
+  // next context.
   last_record_ns_.store(0, std::memory_order_relaxed);
   // The next record learns the context it is made in; the poller makes it
   // current.
@@ -109,33 +110,79 @@ void GpuTracker::context_ended_locked(CUcontext ctx) noexcept {
   if (progress_waiters_.load(std::memory_order_acquire) > 0) shm::futex_wake_all(progress_word_);
 }
 
-// In the trackers' order, as RecordsHeld: a tracker held is never waited for
-// by one held later.
-ContextEnding::ContextEnding(CUcontext ctx) noexcept : ctx_(ctx) {
-  detail::Trackers* trackers = detail::g_trackers.load(std::memory_order_acquire);
-  if (!trackers || !ctx) return;
-  for (GpuTracker& t : *trackers) {
-    t.mu_.lock();
-    t.forget_streams_of_locked(ctx);
-    if (!t.names_context_locked(ctx)) {
-      t.mu_.unlock();
-      continue;
+void ContextEnding::hold_all(detail::Trackers& trackers) noexcept {
+  const std::uint64_t deadline = shm::monotonic_ns() + kContextEndWaitNs;
+  for (;;) {
+    for (GpuTracker& t : trackers) t.mu_.lock();
+    // Waits start only under the lock: none starts while all are held. One
+    // under way on a tracker with anything in the context must end first.
+    filed_count_ = 0;
+    bool waiting = false;
+    for (std::size_t i = 0; i < trackers.size(); ++i) {
+      GpuTracker& t = trackers[i];
+      std::array<CUstream, BatchStreams::kCapacity + 1> mine{};
+      const CUstream* end = t.streams_of_locked(ctx_, mine.data(), mine.data() + mine.size());
+      for (const CUstream* s = mine.data(); s != end && filed_count_ < filed_.size(); ++s)
+        filed_[filed_count_++] = {.tracker = &t, .stream = *s};
+      if (t.waits_out_.load(std::memory_order_acquire) == 0) continue;
+      if (!t.names_context_locked(ctx_) && end == mine.data()) continue;
+      waiting = true;
+      if (!waits_held_[i]) {
+        waits_held_[i] = true;
+        ++t.ending_;  // no new wait on its events until this ends
+      }
     }
-    if (!t.wait_for_event_waits_locked())
+    if (!waiting) return;
+    for (auto it = trackers.rbegin(); it != trackers.rend(); ++it) it->mu_.unlock();
+    // Those waits end when their batch completes: milliseconds under the
+    // queue bound, a kernel's length beyond it.
+    for (std::size_t i = 0; i < trackers.size(); ++i) {
+      while (waits_held_[i] && trackers[i].waits_out_.load(std::memory_order_acquire) != 0 &&
+             shm::monotonic_ns() < deadline) {
+        timespec ts{.tv_sec = 0, .tv_nsec = 50'000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    if (shm::monotonic_ns() >= deadline) {
       log().warn(
           "the launch gate still waits on an event of context {} after {} s; the context ends "
           "with the wait under way",
-          static_cast<const void*>(ctx), kContextEndWaitNs / 1'000'000'000);
-    held_[count_++] = &t;
+          static_cast<const void*>(ctx_), kContextEndWaitNs / 1'000'000'000);
+      for (GpuTracker& t : trackers) t.mu_.lock();
+      return;
+    }
   }
 }
 
+ContextEnding::ContextEnding(CUcontext ctx) noexcept : ctx_(ctx) {
+  detail::Trackers* trackers = detail::g_trackers.load(std::memory_order_acquire);
+  if (!trackers || !ctx || ending_a_context()) return;
+  hold_all(*trackers);
+  trackers_ = trackers;
+  t_ending = true;
+}
+
 ContextEnding::~ContextEnding() {
-  for (std::size_t i = count_; i > 0; --i) held_[i - 1]->mu_.unlock();
+  if (!trackers_) return;
+  t_ending = false;
+  for (std::size_t i = trackers_->size(); i > 0; --i) {
+    GpuTracker& t = (*trackers_)[i - 1];
+    if (waits_held_[i - 1]) --t.ending_;
+    t.mu_.unlock();
+  }
 }
 
 void ContextEnding::ended() noexcept {
-  for (std::size_t i = 0; i < count_; ++i) held_[i]->context_ended_locked(ctx_);
+  if (!trackers_) return;
+  for (GpuTracker& t : *trackers_) {
+    const bool streams_in_ctx =
+        std::any_of(filed_.begin(), filed_.begin() + static_cast<std::ptrdiff_t>(filed_count_),
+                    [&](const Filed& f) { return f.tracker == &t; });
+    t.context_ended_locked(ctx_, streams_in_ctx);
+  }
+  // The streams died with the context: no later record may name them.
+  for (std::size_t i = 0; i < filed_count_; ++i)
+    filed_[i].tracker->streams_.forget(filed_[i].stream);
 }
 
 }  // namespace cushare::shim::gate

@@ -65,6 +65,7 @@ void GpuTracker::reset_after_fork() noexcept {
   ctx_ = nullptr;
   ctx_epoch_ = 0;
   waits_out_.store(0);
+  ending_ = 0;
   spell_end_ = nullptr;
   spell_end_lo_ns_ = 0;
   spell_start_ = {};
@@ -156,7 +157,8 @@ TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
   }
   CUcontext current = nullptr;
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
-  if (!ctx_ || current != ctx_) return TailRecord::kNotHere;
+  // Unknown (no record yet, or its context ended): this record learns it.
+  if (!current || (ctx_ && current != ctx_)) return TailRecord::kNotHere;
   if (tail != BatchStreams::none() && stream_is_capturing(tail)) return TailRecord::kCannot;
   const AllocationState* st = allocation_state();
   record_locked(tail, shm::monotonic_ns(), st ? &st->usage->gpus[gpu_] : nullptr);
@@ -266,6 +268,7 @@ namespace {
 // The tracker of the current context's GPU, if this process launched at all.
 GpuTracker* current_tracker() noexcept {
   if (!detail::g_trackers.load(std::memory_order_acquire)) return nullptr;  // nothing launched
+  if (ending_a_context()) return nullptr;  // a driver callback's call: the lock is this thread's
   const AllocationState* st = allocation_state();
   if (!st) return nullptr;
   const unsigned gpu = st->device_count == 1 ? st->gpu_of_device[0] : current_gpu_index(*st);
@@ -304,7 +307,7 @@ RecordsHeld::~RecordsHeld() {
 }
 
 void streams_destroying(CUstream stream) noexcept {
-  if (!detail::g_trackers.load(std::memory_order_acquire)) return;
+  if (!detail::g_trackers.load(std::memory_order_acquire) || ending_a_context()) return;
   for (auto& t : detail::create_trackers()) t.stream_destroyed(stream);
 }
 
@@ -341,7 +344,12 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   if (first == 0) first = tail_last_ns_.load(std::memory_order_relaxed);
   if (first == 0) first = now;
   const RealDriver& r = real();
-  if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&ctx_);
+  // The first record (and the first after a context's end) learns the
+  // context the batches are in: the recording thread's, once a record made
+  // there succeeded (an event is made in the current context, and records
+  // only on a stream of it).
+  CUcontext current = nullptr;
+  if (!ctx_ && r.cuCtxGetCurrent) r.cuCtxGetCurrent(&current);
   if (usage) {
     // The launches count whether or not the record below succeeds: a tail
     // left unrecorded at the process's exit would lose them otherwise.
@@ -392,6 +400,7 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     streams_.put_back(capturing, BatchStreams::none());
   }
   if (!ev) return;
+  if (!ctx_) ctx_ = current;
   batches_.push_back({.event = ev,
                       .end_count = end,
                       .first_submit_ns = first,
@@ -434,9 +443,14 @@ CUevent GpuTracker::record_event_locked(CUstream stream) noexcept {
   CUevent ev = take_event_locked();
   if (!ev) return nullptr;
   if (r.cuEventRecord(ev, stream) == CUDA_SUCCESS) return ev;
-  r.cuEventDestroy_v2(ev);
+  // A waiter outside the lock may hold a pooled handle (its batch completed
+  // by another thread and the event recycled): while one may, the stale
+  // events are dropped, not destroyed.
+  const bool destroy = !pooled || waits_out_.load(std::memory_order_acquire) == 0;
+  if (destroy) r.cuEventDestroy_v2(ev);
   if (!pooled) return nullptr;
-  for (CUevent stale : free_events_) r.cuEventDestroy_v2(stale);
+  if (destroy)
+    for (CUevent stale : free_events_) r.cuEventDestroy_v2(stale);
   free_events_.clear();
   ev = take_event_locked();
   if (ev && r.cuEventRecord(ev, stream) == CUDA_SUCCESS) return ev;
@@ -887,7 +901,8 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
-    if (!batches_.empty()) {
+    // Not while a context's end waits for the waits to be over.
+    if (!batches_.empty() && ending_ == 0) {
       ev = batches_.front().event;
       waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
     }
@@ -942,7 +957,8 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
   std::uint32_t bound_epoch = ~0u;
   // Under the lock: whether ctx_ is current here. This thread's records
   // need it: their events are made in the current context, and must be in
-  // the stream's. ctx_ is learnt by a launching thread's record only.
+  // the stream's. Where ctx_ is not known yet (after a context's end), the
+  // tail's stream tells it (below).
   const auto bound = [&] {
     if (ctx_ && bound_epoch != ctx_epoch_ && r.cuCtxSetCurrent &&
         r.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS)
@@ -951,13 +967,22 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
   };
   for (;;) {
     CUevent ev = nullptr;
+    bool ending = false;
     {
       std::lock_guard lock(mu_);
-      bound();
-      if (!batches_.empty()) {
+      // A context's end waits for this thread's waits to be over, then
+      // holds the lock through the driver's call: no new wait meanwhile.
+      ending = ending_ != 0;
+      if (!ending) bound();
+      if (!ending && !batches_.empty()) {
         ev = batches_.front().event;
         waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
       }
+    }
+    if (ending) {
+      timespec ts{.tv_sec = 0, .tv_nsec = 50'000};
+      nanosleep(&ts, nullptr);
+      continue;
     }
     if (ev) {
       wait_for_event(ev);
@@ -978,7 +1003,13 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         // which waits for the per-thread streams' earlier work.
         CUstream s = streams_.tail();
         if (s == CU_STREAM_PER_THREAD) s = nullptr;
-        if (has_tail() && bound() && (s == BatchStreams::none() || !stream_is_capturing(s)))
+        // After a context's end the next context is unknown until a record
+        // learns it: the tail's stream, where it is a stream of its own, says.
+        if (!ctx_ && ending_ == 0 && s != nullptr && s != CU_STREAM_LEGACY &&
+            s != BatchStreams::none() && r.cuStreamGetCtx)
+          r.cuStreamGetCtx(s, &ctx_);
+        if (has_tail() && ending_ == 0 && bound() &&
+            (s == BatchStreams::none() || !stream_is_capturing(s)))
           record_locked(s, now, usage);
         if (batches_.empty()) {
           // Could not record (capture in progress): look again shortly.

@@ -207,16 +207,15 @@ class GpuTracker {
   // Whether the tracker's handles live in `ctx`: its batches' events, its
   // probe or join stream.
   bool names_context_locked(CUcontext ctx) const noexcept;
-  // The streams filed in the batch set that belong to `ctx` leave it (asked
-  // of the driver while they still exist).
-  void forget_streams_of_locked(CUcontext ctx) noexcept;
-  // Until no thread waits outside the lock on one of the tracker's events
-  // (at most kContextEndWaitNs); whether none does.
-  bool wait_for_event_waits_locked() noexcept;
+  // The streams filed in the batch set that belong to `ctx` (asked of the
+  // driver while they still exist), added to `out` up to its end.
+  CUstream* streams_of_locked(CUcontext ctx, CUstream* out, CUstream* end) noexcept;
   // `ctx` is gone, and the driver destroyed its events and streams with it:
   // the tracker forgets them without a call, and the work it had counted in
-  // flight there ended with the context.
-  void context_ended_locked(CUcontext ctx) noexcept;
+  // flight there ended with the context (also where the tracker had not
+  // learnt its context yet and `streams_in_ctx`: streams of `ctx` were filed,
+  // so its tail went there).
+  void context_ended_locked(CUcontext ctx, bool streams_in_ctx) noexcept;
 
  private:
   // submitted_'s top bit: this process is not counted busy (set by the
@@ -292,8 +291,12 @@ class GpuTracker {
   // Bumped (under mu_) when ctx_ ends: the poller makes the next ctx_
   // current then.
   std::uint32_t ctx_epoch_ = 0;
-  // Threads inside wait_for_event(); raised only under mu_.
+  // Threads inside wait_for_event(); raised only under mu_, and not while
+  // ending_ (a ContextEnding waits for it to fall to 0).
   std::atomic<std::uint32_t> waits_out_{0};
+  // ContextEndings under way that hold this tracker (two threads may end
+  // the same primary context at once). Under mu_.
+  std::uint32_t ending_ = 0;
   // Idle gaps (begin_spell). Under mu_.
   struct GapProbe {
     CUevent from = nullptr;     // last batch event of the spell before the gap
@@ -383,12 +386,17 @@ class RecordsHeld {
   detail::Trackers* trackers_;
 };
 // Held around the driver's end of a context (cuCtxDestroy, a primary
-// context's last release or its reset). Made before the call: the streams of
-// the context leave every tracker's batch set, and a tracker whose events or
-// own streams live in the context stays locked, once no thread waits on one
-// of its events (a wait, like every other call on a handle of the context,
-// must not overlap the context's destruction). After a call that ended the
-// context, ended(): those trackers forget the handles the driver destroyed.
+// context's last release or its reset), and only around it. Made before the
+// call: every tracker is locked for the call, in the trackers' order (as
+// RecordsHeld), once no thread waits outside the lock on an event of a
+// tracker with anything in the context (its batches' context, its probe or
+// join stream's, or application streams of it filed in its batch set):
+// such a tracker starts no new wait while this waits for those under way,
+// unlocked (other threads go on meanwhile). So no record, query or wait of
+// the gate names a handle of the context while the driver destroys it.
+// The streams of the context filed then are noted. After a call that ended
+// the context, ended(): the trackers forget the handles the driver
+// destroyed, and the noted streams leave the sets.
 class ContextEnding {
  public:
   explicit ContextEnding(CUcontext ctx) noexcept;
@@ -398,15 +406,33 @@ class ContextEnding {
   void ended() noexcept;
 
  private:
+  // Every tracker locked, no wait on one with anything in ctx_ under way
+  // (or the deadline passed); the streams of ctx_ noted.
+  void hold_all(detail::Trackers& trackers) noexcept;
+
   CUcontext ctx_;
-  std::array<GpuTracker*, shm::kMaxGpus> held_{};
-  std::size_t count_ = 0;
+  detail::Trackers* trackers_ = nullptr;  // all locked while set
+  // Trackers whose new waits this holds off (GpuTracker::ending_).
+  std::array<bool, shm::kMaxGpus> waits_held_{};
+  // (tracker, stream) of the context, filed when the call began.
+  struct Filed {
+    GpuTracker* tracker;
+    CUstream stream;
+  };
+  std::array<Filed, shm::kMaxGpus*(BatchStreams::kCapacity + 1)> filed_{};
+  std::size_t filed_count_ = 0;
 };
 // How long a context's end waits for the gate's waits on its events: they end
-// when the front batch completes, which the queue bound keeps to milliseconds.
-// Past it (work that does not complete), the end goes on, and a wait still
-// under way may see its event destroyed.
+// when the front batch completes, which the queue bound keeps to milliseconds
+// (a kernel longer than that, to its length). Past it (work that does not
+// complete), the end goes on, and a wait still under way may see its event
+// destroyed.
 inline constexpr std::uint64_t kContextEndWaitNs = 10'000'000'000;
+// Whether this thread is in the driver's end of a context under a
+// ContextEnding: the gate leaves the syncs, queries, stream destroys and
+// context ends it makes meanwhile alone (a driver callback's, which would
+// wait for a lock this thread holds). Its launches are not left alone.
+bool ending_a_context() noexcept;
 // Before the application's cuStreamDestroy(stream) is forwarded.
 void streams_destroying(CUstream stream) noexcept;
 // Around the application's synchronisation, for the GPU of the current

@@ -2,6 +2,7 @@
 // before, and never calling cuInit itself) and the context lifecycle hooks
 // that charge context overhead (and return the charges of the modules a
 // destroyed context takes with it).
+#include <array>
 #include <mutex>
 
 #include "shim/accounting/context_overhead.hpp"
@@ -46,9 +47,12 @@ CUresult destroy(CUcontext ctx, Call&& call) {
   const ContextModules modules = modules_of_context(ctx, -1);
   const AllocationState* st = allocation_state();
   const MemoryOp op(st);
-  gate::ContextEnding ending(ctx);
-  const CUresult rc = call();
-  if (rc == CUDA_SUCCESS) ending.ended();
+  CUresult rc;
+  {
+    gate::ContextEnding ending(ctx);
+    rc = call();
+    if (rc == CUDA_SUCCESS) ending.ended();
+  }
   if (st && rc == CUDA_SUCCESS) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, ctx, -1);
@@ -99,6 +103,15 @@ extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
 
 namespace {
 
+// Held by a release of a primary context through its look at the state
+// after the call, and by the shim's retains: a retain in between would make
+// the context active again and hide that the release ended it (and the gate
+// would go on naming the handles that died with it).
+std::mutex& primary_lifecycle_mutex(CUdevice dev) {
+  static std::array<std::mutex, 64> mutexes;
+  return mutexes[static_cast<unsigned>(dev) % mutexes.size()];
+}
+
 bool primary_active(CUdevice dev) {
   unsigned int flags = 0;
   int active = 0;
@@ -125,16 +138,26 @@ CUcontext active_primary(CUdevice dev) {
 }
 
 // A release ends the context only when it drops the last reference, which
-// only the state after it tells; a reset always does.
+// only the state after it tells; a reset ends an active one. Retains through
+// the shim wait for the state to be read (docs/scheduler.md, "A context's
+// end").
 template <class Call>
-CUresult primary_release(CUdevice dev, Call&& call) {
+CUresult primary_release(CUdevice dev, bool reset, Call&& call) {
   const ContextModules modules = modules_of_context(nullptr, dev);
   const AllocationState* st = allocation_state();
   const MemoryOp op(st);
-  gate::ContextEnding ending(active_primary(dev));
-  const CUresult rc = call();
-  const bool ended = rc == CUDA_SUCCESS && !primary_active(dev);
-  if (ended) ending.ended();
+  CUresult rc;
+  bool ended = false;
+  {
+    const CUcontext primary = active_primary(dev);
+    gate::ContextEnding ending(primary);
+    {
+      std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
+      rc = call();
+      ended = rc == CUDA_SUCCESS && !primary_active(dev);
+    }
+    if (rc == CUDA_SUCCESS && primary && (reset || ended)) ending.ended();
+  }
   if (st && ended) {
     modules_destroyed(*st, modules);
     context_destroyed(*st, nullptr, dev);
@@ -153,6 +176,7 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     // Active already: retained before (charged then), or made through the
     // runtime's private path (charged now, the first time the shim sees it).
     charge_unseen_primary(*st, dev);
+    std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
     return r.cuDevicePrimaryCtxRetain(pctx, dev);
   }
   const MemoryOp op(st);  // the reservation, to the daemon
@@ -160,7 +184,11 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!reservation.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const QuietWindow window(*st);
   const MemorySample before = sample_memory(*st, dev);
-  const CUresult rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
+  CUresult rc;
+  {
+    std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
+    rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
+  }
   if (rc != CUDA_SUCCESS) return rc;
   const MemorySample after = sample_memory(*st, dev);
   reservation.created(nullptr, before, after, window.quiet());
@@ -169,20 +197,20 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 
 extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRelease_v2)
-  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease_v2(dev); });
+  return primary_release(dev, false, [&] { return r.cuDevicePrimaryCtxRelease_v2(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRelease)
-  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxRelease(dev); });
+  return primary_release(dev, false, [&] { return r.cuDevicePrimaryCtxRelease(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxReset_v2)
-  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset_v2(dev); });
+  return primary_release(dev, true, [&] { return r.cuDevicePrimaryCtxReset_v2(dev); });
 }
 
 extern "C" CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxReset)
-  return primary_release(dev, [&] { return r.cuDevicePrimaryCtxReset(dev); });
+  return primary_release(dev, true, [&] { return r.cuDevicePrimaryCtxReset(dev); });
 }

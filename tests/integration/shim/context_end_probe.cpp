@@ -5,16 +5,23 @@
 // lets the gate's poller record and wait on them for a while (0 to 1 ms,
 // varying with the round), and ends the context under the work: cuCtxDestroy,
 // cuDevicePrimaryCtxReset, or the primary context's last release. Every
-// round ends one context that the launch gate tracked. Prints one JSON line:
-// {"rounds", "launches", "errors"}.
+// round ends one context that the launch gate tracked. With --extra-reference
+// (release) each round holds two references and gives one back halfway
+// through its launches, an end that does not end the context; with
+// --threads N (release) N threads each retain, launch on streams of their
+// own and release at once, so several ends of one context overlap. Prints
+// one JSON line: {"rounds", "launches", "errors"}.
 #include <cuda.h>
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -31,77 +38,120 @@ void sleep_us(long us) {
   nanosleep(&ts, nullptr);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+struct Options {
   std::string how = "destroy";
   double seconds = 2;
   int kernels = 16;
   std::uint64_t kernel_us = 300;
+  bool extra_reference = false;
+  int threads = 1;
+};
+
+struct Counts {
+  std::atomic<std::uint64_t> launches{0};
+  std::atomic<std::uint64_t> errors{0};
+};
+
+// One thread's part of a round in `ctx` (current on this thread): a module,
+// two streams, the kernels across them, a pause that lets the gate's poller
+// record and wait on them (0 to 1 ms, varying with the round and thread).
+void launch_round(const Options& o, CUdevice dev, std::uint64_t round, int thread, Counts& counts) {
+  CUmodule module = nullptr;
+  expect(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
+  CUfunction spin = nullptr;
+  expect(cuModuleGetFunction(&spin, module, "spin"), "cuModuleGetFunction");
+  CUstream streams[2] = {};
+  for (CUstream& s : streams) expect(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (int i = 0; i < o.kernels; ++i) {
+    std::uint64_t ns = o.kernel_us * 1000;
+    void* params[] = {&ns};
+    const CUresult r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, streams[i % 2], params, nullptr);
+    if (r != CUDA_SUCCESS) {
+      ++counts.errors;
+      std::fprintf(stderr, "context_end_probe: cuLaunchKernel: %s\n", probe::name_of(r).c_str());
+      break;
+    }
+    ++counts.launches;
+    // Every third round waits for its first kernel: the next launch starts a
+    // spell, whose probe events the end must forget too.
+    if (i == 0 && round % 3 == 0) expect(cuStreamSynchronize(streams[0]), "cuStreamSynchronize");
+    if (o.extra_reference && i == o.kernels / 2)
+      expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+  }
+  // The poller records the tail a batch interval after the last launch and
+  // then waits on it: the end comes before, during or after that.
+  sleep_us(static_cast<long>((round * 137 + static_cast<std::uint64_t>(thread) * 311) % 1000));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
   CLI::App app{"contexts that end with their work still queued"};
-  app.add_option("--how", how, "destroy, reset or release")
+  app.add_option("--how", o.how, "destroy, reset or release")
       ->check(CLI::IsMember({"destroy", "reset", "release"}));
-  app.add_option("--seconds", seconds, "keep making and ending contexts for this long");
-  app.add_option("--kernels", kernels, "kernels launched in each context")
+  app.add_option("--seconds", o.seconds, "keep making and ending contexts for this long");
+  app.add_option("--kernels", o.kernels, "kernels launched in each context")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--kernel-us", kernel_us, "duration of each kernel");
+  app.add_option("--kernel-us", o.kernel_us, "duration of each kernel");
+  app.add_flag("--extra-reference", o.extra_reference,
+               "release: retain twice, and release once halfway through the launches");
+  app.add_option("--threads", o.threads,
+                 "release: this many threads each retain the primary context, launch in it and "
+                 "release it, all at once")
+      ->check(CLI::Range(1, 16));
   CLI11_PARSE(app, argc, argv);
+  if (o.threads > 1 && o.how != "release") {
+    std::fprintf(stderr, "context_end_probe: --threads needs --how release\n");
+    return 2;
+  }
 
   expect(cuInit(0), "cuInit");
   CUdevice dev = 0;
   expect(cuDeviceGet(&dev, 0), "cuDeviceGet");
-  std::uint64_t rounds = 0, launches = 0, errors = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  Counts counts;
+  std::uint64_t rounds = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
   while (std::chrono::steady_clock::now() < deadline) {
-    CUcontext ctx = nullptr;
-    if (how == "destroy") {
+    if (o.how == "destroy") {
+      CUcontext ctx = nullptr;
       CUctxCreateParams params{};
       expect(cuCtxCreate(&ctx, &params, CU_CTX_SCHED_BLOCKING_SYNC, dev), "cuCtxCreate");
-    } else {
-      expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-      expect(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    }
-    CUmodule module = nullptr;
-    expect(cuModuleLoadData(&module, samples::kSpinKernelPtx), "cuModuleLoadData");
-    CUfunction spin = nullptr;
-    expect(cuModuleGetFunction(&spin, module, "spin"), "cuModuleGetFunction");
-    CUstream streams[2] = {};
-    for (CUstream& s : streams)
-      expect(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    // Every third round waits for its first kernel: the next launch starts a
-    // spell, whose probe events the end must forget too.
-    for (int i = 0; i < kernels; ++i) {
-      std::uint64_t ns = kernel_us * 1000;
-      void* params[] = {&ns};
-      const CUresult r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, streams[i % 2], params, nullptr);
-      if (r != CUDA_SUCCESS) {
-        ++errors;
-        std::fprintf(stderr, "context_end_probe: cuLaunchKernel: %s\n", probe::name_of(r).c_str());
-        break;
-      }
-      ++launches;
-      if (i == 0 && rounds % 3 == 0) expect(cuStreamSynchronize(streams[0]), "cuStreamSynchronize");
-    }
-    // The poller records the tail a batch interval after the last launch
-    // and then waits on it: the end comes before, during or after that.
-    sleep_us(static_cast<long>((rounds * 137) % 1000));
-    if (how == "destroy") {
+      launch_round(o, dev, rounds, 0, counts);
       expect(cuCtxDestroy(ctx), "cuCtxDestroy");
-    } else if (how == "reset") {
-      expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset");
     } else {
-      expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+      // Each thread holds a reference (two with --extra-reference, one
+      // given back halfway) and gives it back at the end: the last release
+      // ends the context, whichever thread makes it.
+      std::vector<std::thread> threads;
+      threads.reserve(static_cast<std::size_t>(o.threads));
+      for (int t = 0; t < o.threads; ++t) {
+        threads.emplace_back([&, t] {
+          CUcontext ctx = nullptr;
+          expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+          expect(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+          if (o.extra_reference)
+            expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+          launch_round(o, dev, rounds, t, counts);
+          if (o.how == "release")
+            expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+        });
+      }
+      for (auto& t : threads) t.join();
+      if (o.how == "reset") expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset");
       unsigned flags = 0;
       int active = 1;
       expect(cuDevicePrimaryCtxGetState(dev, &flags, &active), "cuDevicePrimaryCtxGetState");
-      if (active) probe::fail("the primary context is still active after its last release");
+      if (active) probe::fail("the primary context is still active after its end");
     }
     ++rounds;
   }
-  std::printf("%s\n", nlohmann::json{{"rounds", rounds}, {"launches", launches}, {"errors", errors}}
+  std::printf("%s\n", nlohmann::json{{"rounds", rounds},
+                                     {"launches", counts.launches.load()},
+                                     {"errors", counts.errors.load()}}
                           .dump()
                           .c_str());
-  return errors ? 3 : 0;
+  return counts.errors ? 3 : 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "context_end_probe: %s\n", e.what());
   return 2;

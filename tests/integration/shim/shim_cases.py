@@ -518,19 +518,29 @@ def case_stream_churn(h):
 
 
 def case_context_end(h):
-    """Contexts that end under queued work, destroyed, reset or released: the
-    gate forgets their events and streams before the driver destroys them,
-    waits on none of them while it does (fakegpu aborts the process on a
-    destroyed handle here), counts every launch, and goes on in the next
-    context."""
+    """Contexts that end under queued work, destroyed, reset or released (and
+    primary releases that leave a reference, several threads' at once): the gate forgets their events
+    and streams once the driver destroyed them, waits on none of them while
+    it does (fakegpu aborts the process on a destroyed handle here), counts
+    every launch, and goes on in the next context."""
     usage = os.path.join(h.run_dir, "usage")
     launches = lambda: (cr.Region.read(usage, "usage").get("gpus", 0, "launches")
                         if os.path.exists(usage) else 0)
-    for how in ["destroy", "reset", "release"]:
+    # The reset rounds run capped without a daemon: the gate's local duty
+    # cycle probes each spell's start on a stream of its own in the context.
+    runs = [(["--how", "destroy"], {"CUSHARE_COMPUTE_MODE": "burst"}),
+            (["--how", "reset"], {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "90"}),
+            (["--how", "release"], {"CUSHARE_COMPUTE_MODE": "burst"}),
+            (["--how", "release", "--extra-reference"], {"CUSHARE_COMPUTE_MODE": "burst"}),
+            # Three threads' releases of one primary context at once, each
+            # with a reference it gives back halfway: ends that overlap.
+            (["--how", "release", "--threads", "3", "--extra-reference"],
+             {"CUSHARE_COMPUTE_MODE": "burst"})]
+    for args, mode in runs:
+        how = " ".join(args[1:])
         before = launches()
-        out, err = h.run([h.a.end_probe, "--how", how, "--seconds", "1.5"],
-                         extra={"FAKEGPU_FREED_HANDLES": "abort", "CUSHARE_COMPUTE_MODE": "burst"},
-                         timeout=60)
+        out, err = h.run([h.a.end_probe, *args, "--seconds", "1.5"],
+                         extra={"FAKEGPU_FREED_HANDLES": "abort", **mode}, timeout=60)
         check(out["errors"] == 0, f"{how}: {out} {err}")
         check(out["rounds"] >= 20, f"{how}: only {out['rounds']} contexts in 1.5 s")
         counted = launches() - before

@@ -116,16 +116,12 @@ void ContextEnding::hold_all(detail::Trackers& trackers) noexcept {
     for (GpuTracker& t : trackers) t.mu_.lock();
     // Waits start only under the lock: none starts while all are held. One
     // under way on a tracker with anything in the context must end first.
-    filed_count_ = 0;
+    note_streams(trackers);
     bool waiting = false;
     for (std::size_t i = 0; i < trackers.size(); ++i) {
       GpuTracker& t = trackers[i];
-      std::array<CUstream, BatchStreams::kCapacity + 1> mine{};
-      const CUstream* end = t.streams_of_locked(ctx_, mine.data(), mine.data() + mine.size());
-      for (const CUstream* s = mine.data(); s != end && filed_count_ < filed_.size(); ++s)
-        filed_[filed_count_++] = {.tracker = &t, .stream = *s};
       if (t.waits_out_.load(std::memory_order_acquire) == 0) continue;
-      if (!t.names_context_locked(ctx_) && end == mine.data()) continue;
+      if (!t.names_context_locked(ctx_) && !has_filed(t)) continue;
       waiting = true;
       if (!waits_held_[i]) {
         waits_held_[i] = true;
@@ -145,13 +141,29 @@ void ContextEnding::hold_all(detail::Trackers& trackers) noexcept {
     }
     if (shm::monotonic_ns() >= deadline) {
       log().warn(
-          "the launch gate still waits on an event of context {} after {} s; the context ends "
-          "with the wait under way",
+          "the launch gate still waits on an event of context {} after {} s; the driver's call "
+          "that may end the context goes ahead with the wait under way",
           static_cast<const void*>(ctx_), kContextEndWaitNs / 1'000'000'000);
       for (GpuTracker& t : trackers) t.mu_.lock();
+      note_streams(trackers);  // as filed now
       return;
     }
   }
+}
+
+void ContextEnding::note_streams(detail::Trackers& trackers) noexcept {
+  filed_count_ = 0;
+  for (GpuTracker& t : trackers) {
+    std::array<CUstream, BatchStreams::kCapacity + 1> mine{};
+    const CUstream* end = t.streams_of_locked(ctx_, mine.data(), mine.data() + mine.size());
+    for (const CUstream* s = mine.data(); s != end && filed_count_ < filed_.size(); ++s)
+      filed_[filed_count_++] = {.tracker = &t, .stream = *s};
+  }
+}
+
+bool ContextEnding::has_filed(const GpuTracker& t) const noexcept {
+  return std::any_of(filed_.begin(), filed_.begin() + static_cast<std::ptrdiff_t>(filed_count_),
+                     [&](const Filed& f) { return f.tracker == &t; });
 }
 
 ContextEnding::ContextEnding(CUcontext ctx) noexcept : ctx_(ctx) {
@@ -174,12 +186,7 @@ ContextEnding::~ContextEnding() {
 
 void ContextEnding::ended() noexcept {
   if (!trackers_) return;
-  for (GpuTracker& t : *trackers_) {
-    const bool streams_in_ctx =
-        std::any_of(filed_.begin(), filed_.begin() + static_cast<std::ptrdiff_t>(filed_count_),
-                    [&](const Filed& f) { return f.tracker == &t; });
-    t.context_ended_locked(ctx_, streams_in_ctx);
-  }
+  for (GpuTracker& t : *trackers_) t.context_ended_locked(ctx_, has_filed(t));
   // The streams died with the context: no later record may name them.
   for (std::size_t i = 0; i < filed_count_; ++i)
     filed_[i].tracker->streams_.forget(filed_[i].stream);

@@ -295,8 +295,10 @@ void GpuTracker::launch_failed() noexcept {
   if (batches_.empty() && !has_tail()) settle_idle_locked();
 }
 
+// A thread ending a context holds every lock already (a driver callback's
+// capture): nothing to hold again.
 RecordsHeld::RecordsHeld() noexcept
-    : trackers_(detail::g_trackers.load(std::memory_order_acquire)) {
+    : trackers_(ending_a_context() ? nullptr : detail::g_trackers.load(std::memory_order_acquire)) {
   if (trackers_)
     for (auto& t : *trackers_) t.mu_.lock();
 }

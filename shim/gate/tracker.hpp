@@ -409,6 +409,9 @@ class ContextEnding {
   // Every tracker locked, no wait on one with anything in ctx_ under way
   // (or the deadline passed); the streams of ctx_ noted.
   void hold_all(detail::Trackers& trackers) noexcept;
+  // Under the hold: the streams of ctx_ filed in the trackers' sets.
+  void note_streams(detail::Trackers& trackers) noexcept;
+  bool has_filed(const GpuTracker& t) const noexcept;
 
   CUcontext ctx_;
   detail::Trackers* trackers_ = nullptr;  // all locked while set

@@ -103,14 +103,35 @@ extern "C" CUresult cuCtxDestroy(CUcontext ctx) {
 
 namespace {
 
-// Held by a release of a primary context through its look at the state
-// after the call, and by the shim's retains: a retain in between would make
-// the context active again and hide that the release ended it (and the gate
-// would go on naming the handles that died with it).
-std::mutex& primary_lifecycle_mutex(CUdevice dev) {
-  static std::array<std::mutex, 64> mutexes;
-  return mutexes[static_cast<unsigned>(dev) % mutexes.size()];
-}
+// Held by a release or reset of a primary context through its look at the
+// state after the call, and by the shim's retains and looks at the handle: a
+// retain in between would make the context active again and hide that the
+// release ended it (and the gate would go on naming the handles that died
+// with it). A driver callback on the holding thread that comes back here
+// (the lock is not recursive) goes on without it.
+thread_local bool t_lifecycle_held = false;
+
+class PrimaryLifecycle {
+ public:
+  explicit PrimaryLifecycle(CUdevice dev) noexcept : held_(!t_lifecycle_held) {
+    static std::array<std::mutex, 64> mutexes;
+    mu_ = &mutexes[static_cast<unsigned>(dev) % mutexes.size()];
+    if (!held_) return;
+    mu_->lock();
+    t_lifecycle_held = true;
+  }
+  ~PrimaryLifecycle() {
+    if (!held_) return;
+    t_lifecycle_held = false;
+    mu_->unlock();
+  }
+  PrimaryLifecycle(const PrimaryLifecycle&) = delete;
+  PrimaryLifecycle& operator=(const PrimaryLifecycle&) = delete;
+
+ private:
+  std::mutex* mu_;
+  bool held_;
+};
 
 bool primary_active(CUdevice dev) {
   unsigned int flags = 0;
@@ -139,24 +160,33 @@ CUcontext active_primary(CUdevice dev) {
 
 // A release ends the context only when it drops the last reference, which
 // only the state after it tells; a reset ends an active one. Retains through
-// the shim wait for the state to be read (docs/scheduler.md, "A context's
+// the shim wait for the state to be read, and the handle the gate holds for
+// is looked at again just before the call (docs/scheduler.md, "A context's
 // end").
 template <class Call>
 CUresult primary_release(CUdevice dev, bool reset, Call&& call) {
   const ContextModules modules = modules_of_context(nullptr, dev);
   const AllocationState* st = allocation_state();
   const MemoryOp op(st);
-  CUresult rc;
+  CUresult rc = CUDA_SUCCESS;
   bool ended = false;
-  {
-    const CUcontext primary = active_primary(dev);
+  for (int attempt = 0;; ++attempt) {
+    CUcontext primary;
+    {
+      const PrimaryLifecycle lifecycle(dev);
+      primary = active_primary(dev);
+    }
     gate::ContextEnding ending(primary);
     {
-      std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
+      const PrimaryLifecycle lifecycle(dev);
+      // Made active (or inactive) by a retain (or another end) while the
+      // gate got ready: ready again for the context there is now.
+      if (attempt < 3 && active_primary(dev) != primary) continue;
       rc = call();
       ended = rc == CUDA_SUCCESS && !primary_active(dev);
     }
     if (rc == CUDA_SUCCESS && primary && (reset || ended)) ending.ended();
+    break;
   }
   if (st && ended) {
     modules_destroyed(*st, modules);
@@ -172,12 +202,22 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   CUSHARE_REAL_OR_NOT_FOUND(r, cuDevicePrimaryCtxRetain)
   CUSHARE_ACCOUNT_OR(r.cuDevicePrimaryCtxRetain(pctx, dev))
   std::lock_guard serial(measurement_mutex());
-  if (primary_active(dev)) {
+  {
     // Active already: retained before (charged then), or made through the
     // runtime's private path (charged now, the first time the shim sees it).
-    charge_unseen_primary(*st, dev);
-    std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
-    return r.cuDevicePrimaryCtxRetain(pctx, dev);
+    // The look and the retain under the lifecycle lock: a last release
+    // between them would make this retain a new context, never charged.
+    bool active = false;
+    CUresult rc = CUDA_SUCCESS;
+    {
+      const PrimaryLifecycle lifecycle(dev);
+      active = primary_active(dev);
+      if (active) rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
+    }
+    if (active) {
+      if (rc == CUDA_SUCCESS) charge_unseen_primary(*st, dev);
+      return rc;
+    }
   }
   const MemoryOp op(st);  // the reservation, to the daemon
   ContextReservation reservation(*st, dev);
@@ -186,7 +226,7 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   const MemorySample before = sample_memory(*st, dev);
   CUresult rc;
   {
-    std::lock_guard lifecycle(primary_lifecycle_mutex(dev));
+    const PrimaryLifecycle lifecycle(dev);
     rc = r.cuDevicePrimaryCtxRetain(pctx, dev);
   }
   if (rc != CUDA_SUCCESS) return rc;

@@ -1007,9 +1007,11 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         if (s == CU_STREAM_PER_THREAD) s = nullptr;
         // After a context's end the next context is unknown until a record
         // learns it: the tail's stream, where it is a stream of its own, says.
+        CUcontext of_tail = nullptr;
         if (!ctx_ && ending_ == 0 && s != nullptr && s != CU_STREAM_LEGACY &&
-            s != BatchStreams::none() && r.cuStreamGetCtx)
-          r.cuStreamGetCtx(s, &ctx_);
+            s != BatchStreams::none() && r.cuStreamGetCtx &&
+            r.cuStreamGetCtx(s, &of_tail) == CUDA_SUCCESS)
+          ctx_ = of_tail;
         if (has_tail() && ending_ == 0 && bound() &&
             (s == BatchStreams::none() || !stream_is_capturing(s)))
           record_locked(s, now, usage);

@@ -137,7 +137,6 @@ void deactivate_primary(CUdevice dev) {
   close_engine_slot(ctx);
   std::lock_guard<std::mutex> guard(d.mu);
   std::erase(d.contexts, ctx);
-  d.primary_refs[dev] = 0;
 }
 
 // Serialises retain, release and reset of the primary contexts.
@@ -531,8 +530,11 @@ FAKEGPU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = device_index(dev); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   std::lock_guard<std::mutex> once(primary_lock());
-  if (!d.primary[dev]->active || d.primary_refs[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--d.primary_refs[dev] == 0) {
+  // A reset destroys the context but keeps the references ("resetting the
+  // primary context does not release it"): their holders may still release
+  // them, and the next retain makes a new context.
+  if (d.primary_refs[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--d.primary_refs[dev] == 0 && d.primary[dev]->active) {
     Context* ctx = d.primary[dev];
     wait_for(ctx, ctx->last_seq.load());
     deactivate_primary(dev);

@@ -124,6 +124,12 @@ TEST(PrimaryContext, FollowsTheRuntimesSequenceThroughResetAndRetain) {
   expect_gone(first);
   ASSERT_EQ(cuCtxSetCurrent(primary), CUDA_SUCCESS);
   EXPECT_EQ(error_name(cuMemAlloc(&p, 1 << 20)), "CUDA_ERROR_CONTEXT_IS_DESTROYED");
+  // The reset kept the reference ("resetting the primary context does not
+  // release it"): its release succeeds, leaves the context inactive, and
+  // there is none left after it.
+  EXPECT_EQ(error_name(cuDevicePrimaryCtxRelease(kDevice)), "CUDA_SUCCESS");
+  EXPECT_EQ(active_state(), 0);
+  EXPECT_EQ(error_name(cuDevicePrimaryCtxRelease(kDevice)), "CUDA_ERROR_INVALID_CONTEXT");
 
   // Retained again: the same handle, and more work in it succeeds.
   ASSERT_EQ(cuDevicePrimaryCtxRetain(&retained, kDevice), CUDA_SUCCESS);

@@ -280,6 +280,8 @@ def main():
             scenario_checks(args, ["8"], must_pass=[])
         elif args.scenario == "sampling":
             scenario_checks(args, ["10"], must_pass=["10"])
+        elif args.scenario == "context_end":
+            scenario_checks(args, ["11"], must_pass=["11"])
         elif args.scenario == "unavailable":
             scenario_unavailable(args)
         elif args.scenario == "interrupt":

@@ -1,16 +1,20 @@
 // context_end_probe: contexts that end with their work still queued (linked
 // with -lcuda, run with the shim preloaded). Each round makes a context
 // (--how destroy: cuCtxCreate; reset and release: the primary context,
-// retained), two streams in it, launches --kernels spin kernels across them,
-// lets the gate's poller record and wait on them for a while (0 to 1 ms,
-// varying with the round), and ends the context under the work: cuCtxDestroy,
+// retained; a reset's round releases its reference after the reset), two streams in it, launches
+// --kernels spin kernels across them, lets the gate's poller record and wait on them for a while (0
+// to 1 ms, varying with the round), and ends the context under the work: cuCtxDestroy,
 // cuDevicePrimaryCtxReset, or the primary context's last release. Every
 // round ends one context that the launch gate tracked. With --extra-reference
 // (release) each round holds two references and gives one back halfway
 // through its launches, an end that does not end the context; with
 // --threads N (release) N threads each retain, launch on streams of their
 // own and release at once, so several ends of one context overlap. Prints
-// one JSON line: {"rounds", "launches", "errors"}.
+// one JSON line: {"rounds", "launches", "errors", "handle_changes",
+// "end_call_us"}: how many rounds retained another primary context handle
+// than the round before (reset and release), and the median and longest
+// time the ending call took (destroy, reset, and release with one thread),
+// which tells whether the driver's end waits for the queued work.
 #include <cuda.h>
 #include <time.h>
 
@@ -19,9 +23,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <algorithm>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -50,6 +57,31 @@ struct Options {
 struct Counts {
   std::atomic<std::uint64_t> launches{0};
   std::atomic<std::uint64_t> errors{0};
+};
+
+// The ending calls' durations, in microseconds.
+class EndCallTimes {
+ public:
+  template <typename Call>
+  void time(Call&& call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const auto us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lock(mutex_);
+    us_.push_back(us);
+  }
+
+  nlohmann::json summary() {
+    std::lock_guard lock(mutex_);
+    if (us_.empty()) return nullptr;
+    std::sort(us_.begin(), us_.end());
+    return {{"median", us_[us_.size() / 2]}, {"max", us_.back()}};
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<double> us_;
 };
 
 // One thread's part of a round in `ctx` (current on this thread): a module,
@@ -110,7 +142,10 @@ int main(int argc, char** argv) try {
   CUdevice dev = 0;
   expect(cuDeviceGet(&dev, 0), "cuDeviceGet");
   Counts counts;
+  EndCallTimes end_calls;
   std::uint64_t rounds = 0;
+  std::uint64_t handle_changes = 0;
+  CUcontext last_primary = nullptr;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     if (o.how == "destroy") {
@@ -118,7 +153,7 @@ int main(int argc, char** argv) try {
       CUctxCreateParams params{};
       expect(cuCtxCreate(&ctx, &params, CU_CTX_SCHED_BLOCKING_SYNC, dev), "cuCtxCreate");
       launch_round(o, dev, rounds, 0, counts);
-      expect(cuCtxDestroy(ctx), "cuCtxDestroy");
+      end_calls.time([&] { expect(cuCtxDestroy(ctx), "cuCtxDestroy"); });
     } else {
       // Each thread holds a reference (two with --extra-reference, one
       // given back halfway) and gives it back at the end: the last release
@@ -129,16 +164,31 @@ int main(int argc, char** argv) try {
         threads.emplace_back([&, t] {
           CUcontext ctx = nullptr;
           expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+          if (t == 0) {
+            if (last_primary != nullptr && ctx != last_primary) ++handle_changes;
+            last_primary = ctx;
+          }
           expect(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
           if (o.extra_reference)
             expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
           launch_round(o, dev, rounds, t, counts);
-          if (o.how == "release")
+          if (o.how != "release") return;
+          const auto release = [&] {
             expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+          };
+          if (o.threads == 1)
+            end_calls.time(release);
+          else
+            release();
         });
       }
       for (auto& t : threads) t.join();
-      if (o.how == "reset") expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset");
+      if (o.how == "reset") {
+        end_calls.time([&] { expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset"); });
+        // The reset kept the round's reference, which goes back as the
+        // driver's documentation asks of those who retained.
+        expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease after the reset");
+      }
       unsigned flags = 0;
       int active = 1;
       expect(cuDevicePrimaryCtxGetState(dev, &flags, &active), "cuDevicePrimaryCtxGetState");
@@ -148,7 +198,9 @@ int main(int argc, char** argv) try {
   }
   std::printf("%s\n", nlohmann::json{{"rounds", rounds},
                                      {"launches", counts.launches.load()},
-                                     {"errors", counts.errors.load()}}
+                                     {"errors", counts.errors.load()},
+                                     {"handle_changes", handle_changes},
+                                     {"end_call_us", end_calls.summary()}}
                           .dump()
                           .c_str());
   return counts.errors ? 3 : 0;

@@ -4,7 +4,7 @@ the function run(suite, result, deadline)."""
 
 from collections import namedtuple
 
-from . import graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
+from . import context_end, graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
 
 Check = namedtuple("Check", "id title budget_s needs_daemon run")
 
@@ -27,6 +27,8 @@ CHECKS = [
     Check("6", "overhead: empty-kernel launch and MLP training step", 150, True, overhead.run),
     Check("7", "CUDA graphs: memory counted, launches gated", 60, False, graphs.run),
     Check("8", "robustness: kill -9 a tenant mid-run", 60, True, robustness.run),
+    Check("11", "contexts that end under queued work (destroy, reset, release)", 60, False,
+          context_end.run),
     Check("9", "the CUDA runtime's driver lookups (PyTorch, traced by the shim)", 100, False,
           lookups.run),
 ]

@@ -44,6 +44,31 @@ detail::Trackers& detail::create_trackers() noexcept {
 }
 
 namespace {
+// The gate's own waits and queries on an application thread, while a
+// capture may be under way: the driver prohibits a thread in the default
+// (global) interaction mode from such calls while another thread captures
+// in the global mode (CUDA graphs as frameworks capture them), and
+// invalidates that capture. The gate's calls touch only its own events, so
+// they are made in the relaxed mode, as the poller's always are.
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(bool needed) noexcept {
+    const RealDriver& r = real();
+    if (!needed || !r.cuThreadExchangeStreamCaptureMode) return;
+    mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchanged_ = r.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureMode() {
+    if (exchanged_) real().cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged_ = false;
+};
+
 void store_max(std::atomic<std::uint64_t>& word, std::uint64_t value) noexcept {
   std::uint64_t cur = word.load(std::memory_order_relaxed);
   while (cur < value && !word.compare_exchange_weak(cur, value, std::memory_order_release,
@@ -254,6 +279,9 @@ void GpuTracker::after_poll(CUstream stream, SyncScope scope, CUresult rc,
 
 bool GpuTracker::complete_done_batches(shm::GpuUsage& usage) noexcept {
   std::lock_guard lock(mu_);
+  // A capture begins with every tracker's lock held (RecordsHeld): none
+  // begins before the queries below are made.
+  const RelaxedCaptureMode relaxed(captures_active());
   bool any = false;
   while (!batches_.empty()) {
     CUevent ev = batches_.front().event;
@@ -297,8 +325,11 @@ void GpuTracker::launch_failed() noexcept {
 
 // A thread ending a context holds every lock already (a driver callback's
 // capture): nothing to hold again.
+// The trackers are made if none exist yet: a thread's first launch may make
+// them while a capture begins, and must find the capture counted (or begin
+// before it) when it looks, under a tracker's lock.
 RecordsHeld::RecordsHeld() noexcept
-    : trackers_(ending_a_context() ? nullptr : detail::g_trackers.load(std::memory_order_acquire)) {
+    : trackers_(ending_a_context() ? nullptr : &detail::create_trackers()) {
   if (trackers_)
     for (auto& t : *trackers_) t.mu_.lock();
 }
@@ -602,6 +633,7 @@ CUevent GpuTracker::record_start_probe_locked() noexcept {
     // A stream the driver no longer knows belonged to a context that is
     // gone: the next spell makes one in the context current then. One it
     // knows is kept (the event was the problem), never leaked.
+    const RelaxedCaptureMode relaxed(captures_active());
     const CUresult q = r.cuStreamQuery(probe_stream_);
     if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
       probe_stream_ = nullptr;
@@ -924,7 +956,10 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
 CUresult GpuTracker::wait_for_event(CUevent ev) noexcept {
   CUresult rc;
   {
-    const SyncOp op;                     // memory pools may give memory back here
+    const SyncOp op;  // memory pools may give memory back here
+    // Outside the lock, a capture may begin at any moment: always relaxed
+    // (the wait is for the oldest batch, milliseconds; two calls more).
+    const RelaxedCaptureMode relaxed(true);
     rc = real().cuEventSynchronize(ev);  // blocking-sync event: sleeps
   }
   waits_out_.fetch_sub(1, std::memory_order_release);
@@ -940,6 +975,7 @@ CUresult GpuTracker::wait_for_event(CUevent ev) noexcept {
 // complete now; a driver error (its context gone) completes it as before.
 void GpuTracker::complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept {
   if (batches_.empty() || batches_.front().event != ev) return;
+  const RelaxedCaptureMode relaxed(captures_active());
   if (real().cuEventQuery(ev) == CUDA_ERROR_NOT_READY) return;
   complete_front_locked(ev, shm::monotonic_ns(), usage);
 }

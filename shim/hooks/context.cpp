@@ -181,11 +181,11 @@ CUresult primary_release(CUdevice dev, bool reset, Call&& call) {
       const PrimaryLifecycle lifecycle(dev);
       // Made active (or inactive) by a retain (or another end) while the
       // gate got ready: ready again for the context there is now.
-      const CUcontext before = active_primary(dev);
-      if (attempt < 3 && before != primary) continue;
+      const bool was_active = primary_active(dev);
+      if (attempt < 3 && active_primary(dev) != primary) continue;
       rc = call();
       // A release after a reset (which keeps the references) ends nothing.
-      ended = rc == CUDA_SUCCESS && before != nullptr && !primary_active(dev);
+      ended = rc == CUDA_SUCCESS && was_active && !primary_active(dev);
     }
     if (rc == CUDA_SUCCESS && primary && (reset || ended)) ending.ended();
     break;

@@ -18,7 +18,7 @@ bool head_runnable(SharedState& s, ContextSlot& c) {
   WorkItem& item = head_of(c);
   if (item.kind == ItemKind::wait_event) {
     const EventSlot& e = s.events[item.slot];
-    return e.state != SlotState::live || e.completed >= item.ticket;
+    return e.state == SlotState::free || e.completed >= item.ticket;
   }
   if (item.kind == ItemKind::host_fn) {
     EventSlot& e = s.events[item.slot];
@@ -53,14 +53,21 @@ void write_checkpoint(SharedState& s, uint32_t device) {
   }
 }
 
+// Record `ticket` of an event slot completed at `t`; a destroyed event
+// whose last queued record this was goes.
+void complete_record(EventSlot& e, uint64_t ticket, uint64_t t) {
+  if (e.state == SlotState::free) return;
+  if (ticket > e.completed) {
+    e.completed = ticket;
+    e.time_ns = t;
+  }
+  if (e.state == SlotState::dying && e.completed >= e.recorded) e.state = SlotState::free;
+}
+
 void complete_head(SharedState& s, ContextSlot& c, uint64_t t) {
   WorkItem& item = head_of(c);
   if ((item.kind == ItemKind::marker || item.kind == ItemKind::host_fn) && item.slot >= 0) {
-    EventSlot& e = s.events[item.slot];
-    if (e.state == SlotState::live && item.ticket > e.completed) {
-      e.completed = item.ticket;
-      e.time_ns = t;
-    }
+    complete_record(s.events[item.slot], item.ticket, t);
   }
   c.completed_seq = item.seq;
   c.last_done_ns = t;
@@ -143,6 +150,8 @@ uint64_t enqueue(SharedState& s, int32_t ctx, ItemKind kind, uint64_t duration_n
   item.slot = slot;
   item.kind = kind;
   ++c.count;
+  if (kind == ItemKind::marker && slot >= 0)
+    s.events[slot].recorded = std::max(s.events[slot].recorded, ticket);
   // Zero-time items at the head of an idle context complete right away.
   advance_device(s, c.device, now);
   return item.seq;
@@ -231,6 +240,14 @@ void destroy_context(SharedState& s, int32_t ctx, uint64_t now) {
   }
   d.ctx_count = kept;
   uncharge(s, c.proc, c.device, c.overhead);
+  // Its queued records never run: their events hold nothing more to wait
+  // for (a waiter elsewhere is let go), and a destroyed one that waited only
+  // for them goes with the context.
+  for (uint32_t i = 0; i < c.count; ++i) {
+    const WorkItem& item = c.items[(c.head + i) % kQueueCap];
+    if (item.kind == ItemKind::marker && item.slot >= 0)
+      complete_record(s.events[item.slot], item.ticket, now);
+  }
   c.count = 0;
   c.state = SlotState::free;
 }
@@ -246,25 +263,31 @@ void release_process(SharedState& s, int32_t proc, uint64_t now) {
   drop_all_shared(s, proc);  // first: what others still hold stays charged, to them
   for (uint32_t d = 0; d < kMaxDevices; ++d) uncharge(s, proc, d, p.mem[d]);
   for (EventSlot& e : s.events) {
-    if (e.state == SlotState::live && e.proc == proc) e.state = SlotState::free;
+    if (e.state != SlotState::free && e.proc == proc) e.state = SlotState::free;
   }
   p.state = SlotState::exited;
 }
 
-int32_t create_event(SharedState& s, int32_t proc) {
+int32_t create_event(SharedState& s, int32_t proc, uint64_t* first_ticket) {
   for (int32_t i = 0; i < static_cast<int32_t>(kMaxEvents); ++i) {
     EventSlot& e = s.events[i];
-    if (e.state == SlotState::live) continue;
+    if (e.state != SlotState::free) continue;
+    const uint64_t base = std::max({e.recorded, e.completed, e.host_done});
     e = EventSlot{};
     e.state = SlotState::live;
     e.proc = proc;
+    e.recorded = e.completed = e.reached = e.host_done = base;
+    *first_ticket = base;
     return i;
   }
   return -1;
 }
 
 void destroy_event(SharedState& s, int32_t slot) {
-  if (slot >= 0 && slot < static_cast<int32_t>(kMaxEvents)) s.events[slot].state = SlotState::free;
+  if (slot < 0 || slot >= static_cast<int32_t>(kMaxEvents)) return;
+  EventSlot& e = s.events[slot];
+  if (e.state != SlotState::live) return;
+  e.state = e.completed < e.recorded ? SlotState::dying : SlotState::free;
 }
 
 namespace {

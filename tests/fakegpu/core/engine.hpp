@@ -42,8 +42,11 @@ void destroy_context(SharedState& s, int32_t ctx, uint64_t now);
 // Frees everything a process held, as the driver does when a process dies.
 void release_process(SharedState& s, int32_t proc, uint64_t now);
 
-// Event slots.
-int32_t create_event(SharedState& s, int32_t proc);
+// Event slots. A new slot's tickets start after *first_ticket (the slot's
+// earlier owners' last), so a record queued for one of them never completes
+// the new one's.
+int32_t create_event(SharedState& s, int32_t proc, uint64_t* first_ticket);
+// A slot with a record still queued lives on (dying) until that completes.
 void destroy_event(SharedState& s, int32_t slot);
 
 // Busy time of a device (or one process on it) between checkpoint history and now.

@@ -10,7 +10,7 @@
 namespace fakegpu {
 
 inline constexpr uint64_t kStateMagic = 0x3155504745'4b4146ull;  // "FAKEGPU1"
-inline constexpr uint32_t kStateVersion = 6;
+inline constexpr uint32_t kStateVersion = 7;
 inline constexpr uint32_t kMaxDevices = 8;
 inline constexpr uint32_t kMaxProcs = 512;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -38,7 +38,9 @@ struct WorkItem {
   ItemKind kind;
 };
 
-enum class SlotState : uint32_t { free = 0, live = 1, exited = 2 };
+// `dying`: an event destroyed while a record of it was still queued; the
+// driver releases it once that completes (or its context goes).
+enum class SlotState : uint32_t { free = 0, live = 1, exited = 2, dying = 3 };
 
 struct ContextSlot {
   SlotState state;
@@ -96,7 +98,7 @@ struct ProcSlot {
 struct EventSlot {
   SlotState state;
   int32_t proc;
-  uint64_t recorded;   // records issued
+  uint64_t recorded;   // highest record (ticket) queued; tickets go on across reuses
   uint64_t completed;  // highest record completed
   uint64_t time_ns;    // simulated completion time of `completed`
   uint64_t reached;    // host_fn: highest ticket whose item reached the head

@@ -610,7 +610,12 @@ FAKEGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
   Context* c = as_context(ctx);
   if (c == nullptr || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
   wait_for(c, c->last_seq.load());
-  std::erase(context_stack(), c);
+  // Popped only where it is current to the caller ("as though
+  // cuCtxPopCurrent() were called"); below the top of the caller's stack, or
+  // current to other threads, it stays, and calls in it get
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED.
+  auto& stack = context_stack();
+  if (!stack.empty() && stack.back() == c) stack.pop_back();
   destroy_context_object(c);
   return CUDA_SUCCESS;
 }
@@ -676,8 +681,15 @@ FAKEGPU_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
 
 FAKEGPU_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
-  Context* c = ctx_or_current(ctx);
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = nullptr;
+  if (ctx == nullptr) {
+    // The current context: none, or one destroyed (or an inactive primary
+    // one) while current, as every call in it answers.
+    if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
+  } else if (c = ctx_or_current(ctx); c == nullptr) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   CUresult r = wait_for(c, c->last_seq.load());
   if (r == CUDA_SUCCESS) trim_pools_after_sync();
   return r;

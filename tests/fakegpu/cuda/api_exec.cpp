@@ -271,7 +271,11 @@ CUresult stream_sync(CUstream stream) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    invalidate_capture(s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   CUresult r = wait_for(s->ctx, s->last_seq.load());
   if (r == CUDA_SUCCESS) trim_pools_after_sync();
   return r;
@@ -281,7 +285,11 @@ CUresult stream_query(CUstream stream) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    invalidate_capture(s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   return query(s->ctx, s->last_seq.load());
 }
 
@@ -300,6 +308,11 @@ CUresult event_record(CUevent event, CUstream stream, unsigned flags) {
   if (flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(stream, &s); r != CUDA_SUCCESS) return r;
+  // "hStream ... must be from the same context [as the event] otherwise
+  // CUDA_ERROR_INVALID_HANDLE is returned". The legacy and per-thread
+  // handles name the current context's stream; how a driver answers one
+  // whose context is not the event's is not documented, and they are let be.
+  if (!is_builtin_stream(stream) && s->ctx != e->home) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return capture_event_record(s, e);
   const uint64_t ticket = e->next_ticket.fetch_add(1) + 1;
   uint64_t seq = 0;
@@ -329,6 +342,7 @@ struct HostCall {
   Context* ctx;
   uint64_t reach_seq;  // the callback runs once the stream completed this
   int32_t slot;
+  uint64_t ticket;
   CUhostFn fn;
   CUstreamCallback callback;
   CUstream stream;
@@ -344,7 +358,7 @@ void run_host_call(HostCall call) {
   Driver& d = driver();
   StateLock lock(*d.file);
   EventSlot& slot = lock.state().events[call.slot];
-  slot.host_done = 1;
+  slot.host_done = call.ticket;
 }
 
 CUresult host_call(CUstream stream, CUhostFn fn, CUstreamCallback callback, void* user) {
@@ -355,14 +369,16 @@ CUresult host_call(CUstream stream, CUhostFn fn, CUstreamCallback callback, void
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   Driver& d = driver();
   int32_t slot;
+  uint64_t before = 0;
   {
     StateLock lock(*d.file);
-    slot = create_event(lock.state(), d.proc);
+    slot = create_event(lock.state(), d.proc, &before);
   }
   if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   uint64_t seq = 0;
-  if (CUresult r = submit(s, ItemKind::host_fn, 0, slot, 1, &seq); r != CUDA_SUCCESS) return r;
-  HostCall call{s->ctx, seq - 1, slot, fn, callback, stream, user};
+  if (CUresult r = submit(s, ItemKind::host_fn, 0, slot, before + 1, &seq); r != CUDA_SUCCESS)
+    return r;
+  HostCall call{s->ctx, seq - 1, slot, before + 1, fn, callback, stream, user};
   std::thread([call] {
     run_host_call(call);
     // The slot is freed once the item after the callback has been consumed.
@@ -680,15 +696,18 @@ FAKEGPU_API CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   if (CUresult r = need_context(&c); r != CUDA_SUCCESS) return r;
   Driver& d = driver();
   int32_t slot;
+  uint64_t before = 0;
   {
     StateLock lock(*d.file);
-    slot = create_event(lock.state(), d.proc);
+    slot = create_event(lock.state(), d.proc, &before);
   }
   if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   auto* e = new Event();
   e->slot = slot;
+  e->next_ticket = before;
   e->flags = Flags;
   e->ctx = c;
+  e->home = c;
   register_handle(e, HandleKind::event, c);
   *phEvent = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
@@ -733,6 +752,7 @@ FAKEGPU_API CUresult cuEventQuery(CUevent hEvent) {
   Event* e = as_event(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (e->captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   return event_state(e, nullptr);
 }
 
@@ -740,6 +760,8 @@ FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
   if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
   Event* e = as_event(hEvent);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   for (;;) {
     // Destroyed while this waits (with its context, or by another thread):
     // a real driver may act on freed memory here.

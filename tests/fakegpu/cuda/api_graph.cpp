@@ -3,6 +3,8 @@
 // graph's kernels never overlap each other).
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,23 @@ struct GraphExec {
 namespace {
 
 thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// The captures under way in the process (their origin streams), for the
+// rule on potentially unsafe calls.
+struct ActiveCapture {
+  Stream* origin;
+  CUstreamCaptureMode mode;
+  std::thread::id owner;
+  bool builtin;  // a per-thread default stream: no handle of its own
+};
+std::mutex& captures_mutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::vector<ActiveCapture>& active_captures() {
+  static auto* v = new std::vector<ActiveCapture>();
+  return *v;
+}
 
 // The device graph memory pool (per process, as in the driver): launches
 // grow it to what they need; it keeps its memory until cuDeviceGraphMemTrim.
@@ -108,7 +127,15 @@ CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode) {
   capture_state_changed(s, true);
   s->capture_mode = mode;
   s->capture_id = next_capture_id++;
+  s->capture_invalidated = false;
+  std::lock_guard<std::mutex> guard(captures_mutex());
+  active_captures().push_back({s, mode, std::this_thread::get_id(), is_builtin_stream(hStream)});
   return CUDA_SUCCESS;
+}
+
+void forget_capture(Stream* origin) {
+  std::lock_guard<std::mutex> guard(captures_mutex());
+  std::erase_if(active_captures(), [&](const ActiveCapture& c) { return c.origin == origin; });
 }
 
 CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
@@ -130,7 +157,12 @@ CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
   s->capture_joined.clear();
   s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
   capture_state_changed(s, false);
+  forget_capture(s);
   Graph* g = std::exchange(s->graph, nullptr);
+  if (s->capture_invalidated.exchange(false)) {
+    *phGraph = nullptr;  // a prohibited call invalidated it; its graph is gone
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   if (unjoined) {
     *phGraph = nullptr;  // the capture is invalidated; its graph is gone
     return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
@@ -144,7 +176,9 @@ CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus* status) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
-  *status = s->capture;
+  *status = s->capture != CU_STREAM_CAPTURE_STATUS_NONE && capture_invalidated(s)
+                ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                : s->capture;
   return CUDA_SUCCESS;
 }
 
@@ -256,7 +290,40 @@ CUresult graph_upload(CUgraphExec hGraphExec, CUstream hStream) {
 
 namespace fakegpu {
 
+void invalidate_capture(Stream* s) {
+  (s->capture_origin ? s->capture_origin : s)->capture_invalidated = true;
+}
+
+bool capture_invalidated(const Stream* s) {
+  const Stream* origin = s->capture_origin ? s->capture_origin : s;
+  return origin->capture_invalidated.load();
+}
+
+CUresult unsafe_call_during_captures() {
+  const CUstreamCaptureMode mine = tls_capture_mode;
+  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  const std::thread::id me = std::this_thread::get_id();
+  bool prohibited = false;
+  std::lock_guard<std::mutex> guard(captures_mutex());
+  // A capture whose stream is gone (destroyed, or with its context) ended.
+  std::erase_if(active_captures(), [](const ActiveCapture& c) {
+    return !context_alive(c.origin->ctx) ||
+           (!c.builtin && !is_handle(c.origin, HandleKind::stream));
+  });
+  for (const ActiveCapture& c : active_captures()) {
+    const bool own = c.owner == me;
+    if ((own && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        (!own && mine == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+         c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      c.origin->capture_invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
+  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   ++s->capture_ops;
   add_node(s->graph, CU_GRAPH_NODE_TYPE_KERNEL, duration_ns);
   return CUDA_SUCCESS;
@@ -264,6 +331,7 @@ CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
 
 CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
   if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   Driver& d = driver();
   std::lock_guard<std::mutex> guard(d.mu);
   Graph* g = s->graph;
@@ -292,6 +360,7 @@ CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
 }
 
 CUresult capture_free(Stream* s, uint64_t ptr) {
+  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   std::lock_guard<std::mutex> guard(driver().mu);
   Graph* g = s->graph;
   auto it = g->allocs.find(ptr);
@@ -311,6 +380,7 @@ void graph_memory_freed(int device, uint64_t bytes) {
 }
 
 CUresult capture_event_record(Stream* s, Event* e) {
+  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   e->captured = true;  // querying an event recorded during capture is illegal
   e->capture_stream = s;
   e->capture_ops = s->capture_ops;
@@ -328,6 +398,9 @@ CUresult capture_wait_event(Stream* s, Event* e) {
   if (src == nullptr || src->capture == CU_STREAM_CAPTURE_STATUS_NONE)
     return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;  // its capture has ended
   Stream* origin = origin_of(src);
+  if (origin->capture_invalidated ||
+      (s->capture != CU_STREAM_CAPTURE_STATUS_NONE && capture_invalidated(s)))
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) {
     // The fork: s joins the capture.
     s->capture = origin->capture;

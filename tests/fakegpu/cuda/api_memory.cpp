@@ -104,8 +104,13 @@ CUresult fakegpu::transfer_stream(CUstream stream, Stream** out) {
 CUresult fakegpu::run_transfer(Stream* s, uint64_t bytes, bool device_local, bool sync) {
   const uint64_t ns = copy_duration_ns(bytes, device_local);
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-    if (sync) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return capture_kernel(s, ns);
+    if (!sync) return capture_kernel(s, ns);
+    invalidate_capture(s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  // A synchronous copy waits for the work before it, as a synchronisation.
+  if (sync) {
+    if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
   }
   uint64_t seq = 0;
   if (CUresult r = submit(s, ItemKind::copy, ns, -1, 0, &seq); r != CUDA_SUCCESS) return r;

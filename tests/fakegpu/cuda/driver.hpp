@@ -64,6 +64,8 @@ struct Stream {
   std::vector<Stream*> capture_joined;  // on the origin
   uint64_t capture_ops = 0;             // operations captured on this stream
   uint64_t capture_joined_ops = 0;      // of them, those a stream of the capture waited on
+  // On the origin: a prohibited call invalidated the capture (any thread's).
+  std::atomic<bool> capture_invalidated{false};
 };
 
 struct Context {
@@ -104,7 +106,8 @@ class PerThreadDefaultStream {
 struct Event {
   // Written by every record, read by threads synchronising on the event at
   // the same time (which the driver allows): atomic.
-  std::atomic<Context*> ctx{nullptr};
+  std::atomic<Context*> ctx{nullptr};  // where its latest record was queued
+  Context* home = nullptr;             // the context it was made in
   int32_t slot = -1;
   unsigned flags = 0;
   std::atomic<uint64_t> ticket{0};  // record number of the latest cuEventRecord, 0 = never recorded
@@ -310,6 +313,21 @@ uint64_t kernel_duration_ns(const Function* f, void** params, void** extra);
 // Stream-ordered pools give memory above their release threshold back to the
 // device at synchronisation points, as the driver does.
 void trim_pools_after_sync();
+
+// A call the driver documents as potentially unsafe during a capture (a
+// synchronisation, a query of a stream or event): CUDA_SUCCESS where this
+// thread may make it, else CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the
+// captures that prohibit it are invalidated. Prohibited where this thread
+// has a capture under way not begun in the relaxed mode, or (with this
+// thread's interaction mode global, the default) another thread has one
+// begun in the global mode; a thread in the relaxed interaction mode
+// (cuThreadExchangeStreamCaptureMode) is never prohibited.
+CUresult unsafe_call_during_captures();
+// Whether the capture `s` takes part in was invalidated; invalidates it (a
+// synchronisation or query of a capturing stream: "any associated capture
+// graphs are invalidated").
+bool capture_invalidated(const Stream* s);
+void invalidate_capture(Stream* s);
 
 // Capture: records a kernel of `duration_ns` into the stream's graph.
 CUresult capture_kernel(Stream* s, uint64_t duration_ns);

@@ -15,9 +15,14 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "tests/integration/fakegpu/cu_expect.hpp"
+
 namespace {
+
+using fakegpu_test::error_name;
 
 constexpr const char* kPtx = R"(
 .version 8.0
@@ -48,6 +53,14 @@ class Api : public ::testing::Test {
   static CUresult launch_spin(uint64_t ns, CUstream stream = nullptr) {
     void* params[] = {&ns};
     return cuLaunchKernel(spin_, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  }
+  // A new stream with a kernel of `ns` queued on it and a new event
+  // recorded behind that.
+  static void record_behind_kernel(uint64_t ns, CUstream* s, CUevent* e) {
+    ASSERT_EQ(cuStreamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(launch_spin(ns, *s), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventCreate(e, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventRecord(*e, *s), CUDA_SUCCESS);
   }
   static float elapsed_ms(CUevent a, CUevent b) {
     float ms = -1;
@@ -241,7 +254,8 @@ TEST_F(Api, GraphsCaptureAndReplayKernels) {
   ASSERT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(launch_spin(1'000'000, s), CUDA_SUCCESS);
-  EXPECT_EQ(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  // (A synchronisation of it here would be refused and end the capture
+  // invalidated: AnInvalidatedCaptureRefusesMoreWorkAndSaysSo.)
   CUgraph graph;
   ASSERT_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS);
   size_t nodes = 0;
@@ -599,6 +613,237 @@ TEST_F(Api, ExplicitContextsCostTheirOverhead) {
   ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
   ASSERT_EQ(cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
   EXPECT_EQ(free0, free1);
+}
+
+// ---- events and contexts across contexts ----
+
+// A context of its own on device 0, current, with the spin kernel loaded.
+struct OtherContext {
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CUstream stream = nullptr;
+
+  OtherContext() {
+    CUctxCreateParams params{};
+    EXPECT_EQ(cuCtxCreate(&ctx, &params, 0, 0), CUDA_SUCCESS);
+    EXPECT_EQ(cuModuleLoadData(&module, kPtx), CUDA_SUCCESS);
+    EXPECT_EQ(cuModuleGetFunction(&spin, module, "spin"), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  }
+  ~OtherContext() { EXPECT_EQ(cuCtxDestroy(ctx), CUDA_SUCCESS); }
+  OtherContext(const OtherContext&) = delete;
+  OtherContext& operator=(const OtherContext&) = delete;
+
+  CUresult launch_spin(uint64_t ns) const {
+    void* params[] = {&ns};
+    return cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  }
+  // A new event recorded on its stream.
+  CUevent record() const {
+    CUevent e = nullptr;
+    EXPECT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+    EXPECT_EQ(cuEventRecord(e, stream), CUDA_SUCCESS);
+    return e;
+  }
+};
+
+// `e` has not completed yet; it does once waited for (and is destroyed).
+void expect_pending_until_waited(CUevent e) {
+  EXPECT_EQ(error_name(cuEventQuery(e)), "CUDA_ERROR_NOT_READY");
+  EXPECT_EQ(cuEventSynchronize(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+}
+
+TEST_F(Api, ADestroyedEventsQueuedRecordCompletesNoOtherEvent) {
+  // "If hEvent has been recorded but has not yet been completed ..., the
+  // function will return immediately and the resources associated with
+  // hEvent will be released automatically once the device has completed
+  // hEvent": until then its record completes nothing else.
+  CUstream s = nullptr;
+  CUevent gone = nullptr;
+  record_behind_kernel(200'000'000, &s, &gone);
+  ASSERT_EQ(cuEventDestroy(gone), CUDA_SUCCESS);
+  {
+    OtherContext other;
+    ASSERT_EQ(other.launch_spin(800'000'000), CUDA_SUCCESS);
+    const CUevent later = other.record();
+    ASSERT_EQ(cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);  // the destroyed event's record ran
+    CUcontext popped = nullptr;
+    ASSERT_EQ(cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+    expect_pending_until_waited(later);
+  }
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+TEST_F(Api, AWaitOnAnEventOutlivesTheEventsDestruction) {
+  // The wait was for the record as it stood; destroying the event does not
+  // release it before that record completes.
+  CUstream s = nullptr;
+  CUevent gate = nullptr;
+  record_behind_kernel(400'000'000, &s, &gate);
+  {
+    OtherContext other;
+    ASSERT_EQ(cuStreamWaitEvent(other.stream, gate, 0), CUDA_SUCCESS);
+    const CUevent after = other.record();
+    ASSERT_EQ(cuEventDestroy(gate), CUDA_SUCCESS);
+    expect_pending_until_waited(after);
+  }
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+TEST_F(Api, EventsRecordOnlyOnStreamsOfTheirContext) {
+  // "hStream ... must be from the same context otherwise
+  // CUDA_ERROR_INVALID_HANDLE is returned."
+  CUevent mine = nullptr;
+  ASSERT_EQ(cuEventCreate(&mine, 0), CUDA_SUCCESS);
+  {
+    OtherContext other;
+    EXPECT_EQ(error_name(cuEventRecord(mine, other.stream)), "CUDA_ERROR_INVALID_HANDLE");
+    EXPECT_EQ(error_name(cuEventRecordWithFlags(mine, other.stream, 0)),
+              "CUDA_ERROR_INVALID_HANDLE");
+  }
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(mine), CUDA_SUCCESS);  // never recorded
+  ASSERT_EQ(cuEventDestroy(mine), CUDA_SUCCESS);
+}
+
+TEST_F(Api, ADestroyedContextIsPoppedOnlyWhereItIsCurrent) {
+  // "If ctx is current to the calling thread then ctx will also be popped
+  // ...; if ctx is current to other threads, then ctx will remain current to
+  // those threads, and attempting to access ctx from those threads will
+  // result in the error CUDA_ERROR_CONTEXT_IS_DESTROYED."
+  CUctxCreateParams params{};
+  CUcontext below = nullptr, above = nullptr;
+  ASSERT_EQ(cuCtxCreate(&below, &params, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxCreate(&above, &params, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(below), CUDA_SUCCESS);  // not current to this thread
+  CUcontext current = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, above);
+  ASSERT_EQ(cuCtxPopCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, above);
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, below);  // still on the stack, destroyed
+  EXPECT_EQ(error_name(cuCtxSynchronize()), "CUDA_ERROR_CONTEXT_IS_DESTROYED");
+  CUdeviceptr p = 0;
+  EXPECT_EQ(error_name(cuMemAlloc(&p, 1 << 20)), "CUDA_ERROR_CONTEXT_IS_DESTROYED");
+  ASSERT_EQ(cuCtxPopCurrent(&current), CUDA_SUCCESS);
+
+  // Current to another thread when destroyed: it stays current there.
+  CUcontext shared = nullptr;
+  ASSERT_EQ(cuCtxCreate(&shared, &params, 0, 0), CUDA_SUCCESS);
+  std::atomic<int> step{0};
+  std::string sync_after;
+  std::thread other([&] {
+    EXPECT_EQ(cuCtxSetCurrent(shared), CUDA_SUCCESS);
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+    sync_after = error_name(cuCtxSynchronize());
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  ASSERT_EQ(cuCtxDestroy(shared), CUDA_SUCCESS);
+  step = 2;
+  other.join();
+  EXPECT_EQ(sync_after, "CUDA_ERROR_CONTEXT_IS_DESTROYED");
+  ASSERT_EQ(cuCtxDestroy(above), CUDA_SUCCESS);
+}
+
+// ---- calls prohibited during a capture ----
+
+// Begins a capture in `capture_mode` on a stream of its own, lets another
+// thread in `interaction` mode query an unrelated event, then ends the
+// capture: what the query got, and how the capture ended.
+struct ProhibitionSeen {
+  std::string query, end;
+};
+ProhibitionSeen query_beside_a_capture(CUcontext ctx, CUstreamCaptureMode capture_mode,
+                                       CUstreamCaptureMode interaction, bool same_thread) {
+  CUevent unrelated = nullptr;
+  EXPECT_EQ(cuEventCreate(&unrelated, 0), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  EXPECT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamBeginCapture_v2(s, capture_mode), CUDA_SUCCESS);
+  ProhibitionSeen seen;
+  const auto query = [&] {
+    CUstreamCaptureMode mode = interaction;
+    EXPECT_EQ(cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+    seen.query = error_name(cuEventQuery(unrelated));
+    EXPECT_EQ(cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);  // back
+  };
+  if (same_thread) {
+    query();
+  } else {
+    std::thread other([&] {
+      EXPECT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+      query();
+    });
+    other.join();
+  }
+  CUgraph g = nullptr;
+  seen.end = error_name(cuStreamEndCapture(s, &g));
+  if (g) {
+    EXPECT_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(unrelated), CUDA_SUCCESS);
+  return seen;
+}
+
+TEST_F(Api, AGlobalCaptureProhibitsOtherThreadsQueriesUnlessRelaxed) {
+  // "If ... any other thread has a concurrent capture sequence initiated
+  // with CU_STREAM_CAPTURE_MODE_GLOBAL, this thread is prohibited from
+  // potentially unsafe API calls"; the capture is invalidated.
+  constexpr auto kGlobal = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  constexpr auto kLocal = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+  constexpr auto kRelaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ProhibitionSeen seen = query_beside_a_capture(ctx_, kGlobal, kGlobal, false);
+  EXPECT_EQ(seen.query, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED");
+  EXPECT_EQ(seen.end, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED");
+  // Another thread in the thread-local or relaxed interaction mode, or a
+  // capture begun in the thread-local or relaxed mode: allowed.
+  for (auto [capture, interaction] : {std::pair{kGlobal, kLocal}, std::pair{kGlobal, kRelaxed},
+                                      std::pair{kLocal, kGlobal}, std::pair{kRelaxed, kGlobal}}) {
+    seen = query_beside_a_capture(ctx_, capture, interaction, false);
+    EXPECT_EQ(seen.query, "CUDA_SUCCESS") << capture << " " << interaction;
+    EXPECT_EQ(seen.end, "CUDA_SUCCESS") << capture << " " << interaction;
+  }
+  // The capturing thread itself: prohibited unless the capture is relaxed
+  // or the thread's mode is.
+  seen = query_beside_a_capture(ctx_, kLocal, kGlobal, true);
+  EXPECT_EQ(seen.query, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED");
+  EXPECT_EQ(seen.end, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED");
+  seen = query_beside_a_capture(ctx_, kRelaxed, kGlobal, true);
+  EXPECT_EQ(seen.query, "CUDA_SUCCESS");
+  EXPECT_EQ(seen.end, "CUDA_SUCCESS");
+  seen = query_beside_a_capture(ctx_, kGlobal, kRelaxed, true);
+  EXPECT_EQ(seen.query, "CUDA_SUCCESS");
+  EXPECT_EQ(seen.end, "CUDA_SUCCESS");
+}
+
+TEST_F(Api, AnInvalidatedCaptureRefusesMoreWorkAndSaysSo) {
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(launch_spin(1000, s), CUDA_SUCCESS);
+  // Synchronising the capturing stream is invalid, and invalidates it.
+  EXPECT_EQ(error_name(cuStreamSynchronize(s)), "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  EXPECT_EQ(error_name(launch_spin(1000, s)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED");
+  CUgraph g = nullptr;
+  EXPECT_EQ(error_name(cuStreamEndCapture(s, &g)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED");
+  EXPECT_EQ(g, nullptr);
+  ASSERT_EQ(cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_EQ(launch_spin(1000, s), CUDA_SUCCESS);  // usable again
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 // ---- NVML ----

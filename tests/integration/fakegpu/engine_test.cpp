@@ -44,6 +44,17 @@ class EngineTest : public ::testing::Test {
   uint64_t kernel(int32_t ctx, uint64_t ns, uint64_t at = kT0) {
     return enqueue(s(), ctx, ItemKind::kernel, ns, -1, 0, kQueueCap, at);
   }
+  // A new event slot; *first (if asked) the ticket its records start after.
+  int32_t event(int32_t proc, uint64_t* first = nullptr) {
+    uint64_t base = 0;
+    const int32_t e = create_event(s(), proc, &base);
+    EXPECT_GE(e, 0);
+    if (first) *first = base;
+    return e;
+  }
+  void marker(int32_t ctx, int32_t e, uint64_t ticket, uint64_t at = kT0) {
+    enqueue(s(), ctx, ItemKind::marker, 0, e, ticket, kQueueCap, at);
+  }
   std::unique_ptr<SharedState> state_;
 };
 
@@ -119,7 +130,7 @@ TEST_F(EngineTest, LateArrivalWaitsAtMostOneSlice) {
 // busy time adds up to the time that passed.
 TEST_F(EngineTest, AnArrivalAfterALongLoneStepIsNeverDatedBeforeItsSubmission) {
   int32_t a = context(0), b = context(1);
-  int32_t e = create_event(s(), 1);
+  int32_t e = event(1);
   kernel(a, 20 * kMs);
   advance_all(s(), kT0 + 1 * kMs);
   advance_all(s(), kT0 + 9 * kMs);  // one lone step of 8 ms
@@ -135,7 +146,7 @@ TEST_F(EngineTest, AnArrivalAfterALongLoneStepIsNeverDatedBeforeItsSubmission) {
 
 TEST_F(EngineTest, EventMarkersCompleteInStreamOrder) {
   int32_t a = context(0);
-  int32_t e1 = create_event(s(), 0), e2 = create_event(s(), 0);
+  int32_t e1 = event(0), e2 = event(0);
   kernel(a, 3 * kMs);
   enqueue(s(), a, ItemKind::marker, 0, e1, 1, kQueueCap, kT0);
   kernel(a, 2 * kMs);
@@ -150,7 +161,7 @@ TEST_F(EngineTest, EventMarkersCompleteInStreamOrder) {
 
 TEST_F(EngineTest, WaitEventBlocksAnotherContext) {
   int32_t a = context(0), b = context(1);
-  int32_t e = create_event(s(), 0);
+  int32_t e = event(0);
   kernel(a, 5 * kMs);
   enqueue(s(), a, ItemKind::marker, 0, e, 1, kQueueCap, kT0);
   enqueue(s(), b, ItemKind::wait_event, 0, e, 1, kQueueCap, kT0);
@@ -159,6 +170,48 @@ TEST_F(EngineTest, WaitEventBlocksAnotherContext) {
   // B could not run before A's marker, and A was alone on the engine meanwhile.
   EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 5 * kMs);
   EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 6 * kMs);
+}
+
+// "If hEvent has been recorded but has not yet been completed ..., the
+// resources associated with hEvent will be released automatically once the
+// device has completed hEvent": the slot is not handed out before, and its
+// next owner's records are numbered past the last one queued.
+TEST_F(EngineTest, ADestroyedEventsSlotWaitsForItsQueuedRecord) {
+  int32_t a = context(0), b = context(1);
+  int32_t gone = event(0);
+  kernel(a, 5 * kMs);
+  marker(a, gone, 1);
+  enqueue(s(), b, ItemKind::wait_event, 0, gone, 1, kQueueCap, kT0);
+  kernel(b, 1 * kMs);
+  destroy_event(s(), gone);
+  EXPECT_EQ(s().events[gone].state, SlotState::dying);
+  EXPECT_NE(event(0), gone);  // not reused while its record is queued
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().events[gone].state, SlotState::free);
+  // The wait queued on it still waited for the record.
+  EXPECT_EQ(s().contexts[b].last_done_ns, kT0 + 6 * kMs);
+  uint64_t first = 0;
+  int32_t reused = -1;
+  while (reused != gone) reused = event(0, &first);
+  EXPECT_EQ(first, 1u);
+  EXPECT_EQ(s().events[gone].completed, 1u);  // nothing of the old owner's left to complete
+}
+
+TEST_F(EngineTest, RecordsQueuedInAContextThatGoesCompleteWithIt) {
+  int32_t a = context(0), b = context(1);
+  int32_t live = event(0), gone = event(0);
+  kernel(a, 50 * kMs);
+  marker(a, live, 1);
+  marker(a, gone, 1);
+  enqueue(s(), b, ItemKind::wait_event, 0, live, 1, kQueueCap, kT0);
+  kernel(b, 1 * kMs);
+  destroy_event(s(), gone);
+  EXPECT_EQ(s().events[gone].state, SlotState::dying);
+  destroy_context(s(), a, kT0 + 2 * kMs);
+  EXPECT_EQ(s().events[gone].state, SlotState::free);
+  EXPECT_EQ(s().events[live].completed, 1u);  // nothing left to wait for: the waiter goes on
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().contexts[b].count, 0u);
 }
 
 TEST_F(EngineTest, QueueDepthBoundsPendingWork) {

@@ -252,7 +252,8 @@ def scenario_budget(args):
         print(f"ok: {statuses} in {secs:.1f} s")
 
 
-ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "10", "5", "6", "7", "8", "9"]
+ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "10", "5", "6", "7", "8", "11",
+           "12", "9"]
 
 
 def main():
@@ -280,8 +281,8 @@ def main():
             scenario_checks(args, ["8"], must_pass=[])
         elif args.scenario == "sampling":
             scenario_checks(args, ["10"], must_pass=["10"])
-        elif args.scenario == "context_end":
-            scenario_checks(args, ["11"], must_pass=["11"])
+        elif args.scenario == "shim_probes":
+            scenario_checks(args, ["11", "12"], must_pass=["11", "12"])
         elif args.scenario == "unavailable":
             scenario_unavailable(args)
         elif args.scenario == "interrupt":

@@ -1,20 +1,27 @@
 // context_end_probe: contexts that end with their work still queued (linked
 // with -lcuda, run with the shim preloaded). Each round makes a context
 // (--how destroy: cuCtxCreate; reset and release: the primary context,
-// retained; a reset's round releases its reference after the reset), two streams in it, launches
-// --kernels spin kernels across them, lets the gate's poller record and wait on them for a while (0
-// to 1 ms, varying with the round), and ends the context under the work: cuCtxDestroy,
-// cuDevicePrimaryCtxReset, or the primary context's last release. Every
-// round ends one context that the launch gate tracked. With --extra-reference
-// (release) each round holds two references and gives one back halfway
-// through its launches, an end that does not end the context; with
-// --threads N (release) N threads each retain, launch on streams of their
-// own and release at once, so several ends of one context overlap. Prints
-// one JSON line: {"rounds", "launches", "errors", "handle_changes",
-// "end_call_us"}: how many rounds retained another primary context handle
-// than the round before (reset and release), and the median and longest
-// time the ending call took (destroy, reset, and release with one thread),
-// which tells whether the driver's end waits for the queued work.
+// retained), two streams in it, launches --kernels spin kernels across them,
+// lets the gate's poller record and wait on them for a while (0 to 1 ms,
+// varying with the round), and ends the context under the work: cuCtxDestroy,
+// cuDevicePrimaryCtxReset (then the round's reference goes back, as the
+// driver's documentation asks of those who retained), or the primary
+// context's last release. Every round ends one context that the launch gate
+// tracked. With --extra-reference (release) each round holds two references
+// and gives one back halfway through its launches, an end that does not end
+// the context; with --threads N (release) N threads each retain, launch on
+// streams of their own and release at once, so several ends of one context
+// overlap; with --idle-every N every Nth round synchronises its work before
+// the end.
+//
+// Prints one JSON line: {"rounds", "launches", "errors", "handle_changes",
+// "release_after_reset", "end_call_us"}: how many rounds retained another
+// primary context handle than the round before (reset and release); how the
+// driver answered the release after a reset (the last round's answer, and
+// how many rounds had another than CUDA_SUCCESS); the median and longest time
+// the ending call took (destroy, reset, and release with one thread), for
+// rounds that ended with work queued and for those that synchronised first:
+// whether the driver's end waits for the queued work.
 #include <cuda.h>
 #include <time.h>
 
@@ -52,6 +59,13 @@ struct Options {
   std::uint64_t kernel_us = 300;
   bool extra_reference = false;
   int threads = 1;
+  int idle_every = 0;
+
+  // Whether round `round` synchronises its work before the context's end.
+  bool idle_round(std::uint64_t round) const {
+    return idle_every > 0 && round % static_cast<std::uint64_t>(idle_every) ==
+                                 static_cast<std::uint64_t>(idle_every) - 1;
+  }
 };
 
 struct Counts {
@@ -59,29 +73,36 @@ struct Counts {
   std::atomic<std::uint64_t> errors{0};
 };
 
-// The ending calls' durations, in microseconds.
+// The ending calls' durations, in microseconds: ends with work queued, and
+// ends after a synchronisation.
 class EndCallTimes {
  public:
   template <typename Call>
-  void time(Call&& call) {
+  void time(bool idle, Call&& call) {
     const auto t0 = std::chrono::steady_clock::now();
     call();
     const auto us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(mutex_);
-    us_.push_back(us);
+    (idle ? idle_us_ : queued_us_).push_back(us);
   }
 
   nlohmann::json summary() {
     std::lock_guard lock(mutex_);
-    if (us_.empty()) return nullptr;
-    std::sort(us_.begin(), us_.end());
-    return {{"median", us_[us_.size() / 2]}, {"max", us_.back()}};
+    if (queued_us_.empty() && idle_us_.empty()) return nullptr;
+    return {{"queued", summary_of(queued_us_)}, {"idle", summary_of(idle_us_)}};
   }
 
  private:
+  static nlohmann::json summary_of(std::vector<double>& us) {
+    if (us.empty()) return nullptr;
+    std::sort(us.begin(), us.end());
+    return {{"median", us[us.size() / 2]}, {"max", us.back()}, {"n", us.size()}};
+  }
+
   std::mutex mutex_;
-  std::vector<double> us_;
+  std::vector<double> queued_us_;
+  std::vector<double> idle_us_;
 };
 
 // One thread's part of a round in `ctx` (current on this thread): a module,
@@ -128,6 +149,9 @@ int main(int argc, char** argv) try {
   app.add_option("--kernel-us", o.kernel_us, "duration of each kernel");
   app.add_flag("--extra-reference", o.extra_reference,
                "release: retain twice, and release once halfway through the launches");
+  app.add_option("--idle-every", o.idle_every,
+                 "every this many rounds, synchronise the work before the end (0: never)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads,
                  "release: this many threads each retain the primary context, launch in it and "
                  "release it, all at once")
@@ -146,6 +170,8 @@ int main(int argc, char** argv) try {
   std::uint64_t rounds = 0;
   std::uint64_t handle_changes = 0;
   CUcontext last_primary = nullptr;
+  std::uint64_t release_after_reset_errors = 0;
+  std::string release_after_reset = "not made";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     if (o.how == "destroy") {
@@ -153,11 +179,14 @@ int main(int argc, char** argv) try {
       CUctxCreateParams params{};
       expect(cuCtxCreate(&ctx, &params, CU_CTX_SCHED_BLOCKING_SYNC, dev), "cuCtxCreate");
       launch_round(o, dev, rounds, 0, counts);
-      end_calls.time([&] { expect(cuCtxDestroy(ctx), "cuCtxDestroy"); });
+      const bool idle = o.idle_round(rounds);
+      if (idle) expect(cuCtxSynchronize(), "cuCtxSynchronize");
+      end_calls.time(idle, [&] { expect(cuCtxDestroy(ctx), "cuCtxDestroy"); });
     } else {
       // Each thread holds a reference (two with --extra-reference, one
       // given back halfway) and gives it back at the end: the last release
       // ends the context, whichever thread makes it.
+      const bool idle = o.idle_round(rounds);
       std::vector<std::thread> threads;
       threads.reserve(static_cast<std::size_t>(o.threads));
       for (int t = 0; t < o.threads; ++t) {
@@ -172,22 +201,26 @@ int main(int argc, char** argv) try {
           if (o.extra_reference)
             expect(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
           launch_round(o, dev, rounds, t, counts);
+          if (idle) expect(cuCtxSynchronize(), "cuCtxSynchronize");
           if (o.how != "release") return;
           const auto release = [&] {
             expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
           };
           if (o.threads == 1)
-            end_calls.time(release);
+            end_calls.time(idle, release);
           else
             release();
         });
       }
       for (auto& t : threads) t.join();
       if (o.how == "reset") {
-        end_calls.time([&] { expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset"); });
-        // The reset kept the round's reference, which goes back as the
-        // driver's documentation asks of those who retained.
-        expect(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease after the reset");
+        end_calls.time(idle,
+                       [&] { expect(cuDevicePrimaryCtxReset(dev), "cuDevicePrimaryCtxReset"); });
+        // The driver's documentation: a reset does not release, and a
+        // release after it is safe. Its answer is reported, not judged.
+        const CUresult rc = cuDevicePrimaryCtxRelease(dev);
+        release_after_reset = probe::name_of(rc);
+        if (rc != CUDA_SUCCESS) ++release_after_reset_errors;
       }
       unsigned flags = 0;
       int active = 1;
@@ -200,6 +233,11 @@ int main(int argc, char** argv) try {
                                      {"launches", counts.launches.load()},
                                      {"errors", counts.errors.load()},
                                      {"handle_changes", handle_changes},
+                                     {"release_after_reset",
+                                      o.how == "reset"
+                                          ? nlohmann::json{{"last", release_after_reset},
+                                                           {"errors", release_after_reset_errors}}
+                                          : nlohmann::json(nullptr)},
                                      {"end_call_us", end_calls.summary()}}
                           .dump()
                           .c_str());

@@ -523,9 +523,6 @@ def case_context_end(h):
     and streams once the driver destroyed them, waits on none of them while
     it does (fakegpu aborts the process on a destroyed handle here), counts
     every launch, and goes on in the next context."""
-    usage = os.path.join(h.run_dir, "usage")
-    launches = lambda: (cr.Region.read(usage, "usage").get("gpus", 0, "launches")
-                        if os.path.exists(usage) else 0)
     # The reset rounds run capped without a daemon: the gate's local duty
     # cycle probes each spell's start on a stream of its own in the context.
     runs = [(["--how", "destroy"], {"CUSHARE_COMPUTE_MODE": "burst"}),
@@ -536,15 +533,49 @@ def case_context_end(h):
             # with a reference it gives back halfway: ends that overlap.
             (["--how", "release", "--threads", "3", "--extra-reference"],
              {"CUSHARE_COMPUTE_MODE": "burst"})]
-    for args, mode in runs:
+    for i, (args, mode) in enumerate(runs):
         how = " ".join(args[1:])
-        before = launches()
-        out, err = h.run([h.a.end_probe, *args, "--seconds", "1.5"],
-                         extra={"FAKEGPU_FREED_HANDLES": "abort", **mode}, timeout=60)
+        out, err, counted = run_in_own_folder(
+            h, f"way{i}", [h.a.end_probe, *args, "--seconds", "1.5"],
+            {"FAKEGPU_FREED_HANDLES": "abort", **mode}, timeout=60)
         check(out["errors"] == 0, f"{how}: {out} {err}")
         check(out["rounds"] >= 20, f"{how}: only {out['rounds']} contexts in 1.5 s")
-        counted = launches() - before
         check(counted == out["launches"], f"{how}: the gate counted {counted} launches of "
+                                          f"{out['launches']}")
+        if args[1] == "reset":  # documented as safe; fakegpu answers CUDA_SUCCESS
+            after_reset = out["release_after_reset"]
+            check(after_reset["errors"] == 0, f"{how}: the release after the reset: {after_reset}")
+
+
+def run_in_own_folder(h, name, cmd, mode, **kw):
+    """`cmd` under the shim in an allocation folder of its own, made from
+    `mode` (the environment sets a standalone allocation's limits only when
+    it makes them): (its JSON line, its stderr, the launches the gate
+    counted there)."""
+    folder = os.path.join(h.tmp, name)
+    out, err = h.run(cmd, extra={**mode, "CUSHARE_RUN_DIR": folder}, **kw)
+    limits = cr.Region.read(os.path.join(folder, "limits"), "limits")
+    want = {"burst": 0, "capped": 1}[mode["CUSHARE_COMPUTE_MODE"]]
+    check(limits.get("gpus", 0, "mode") == want, f"{name}: the allocation is not {mode}")
+    counted = cr.Region.read(os.path.join(folder, "usage"), "usage").get("gpus", 0, "launches")
+    return out, err, counted
+
+
+def case_capture_neighbour(h):
+    """A global-mode capture in one thread while another thread's launches
+    are held by the gate: the driver prohibits synchronisations and queries
+    from a thread in the default interaction mode then, and invalidates the
+    capture (fakegpu models the rule), so the gate's own waits and queries
+    there go in the relaxed mode. The capture ends and its graph runs, and
+    every launch is counted (the graph's as one, the captured ones not)."""
+    for name, mode in (("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
+                       ("capped50", {"CUSHARE_COMPUTE_MODE": "capped",
+                                     "CUSHARE_COMPUTE_LIMIT": "50"})):
+        out, err, counted = run_in_own_folder(h, name, [h.a.capture_probe], mode, timeout=60)
+        check(out["end_capture"] == "CUDA_SUCCESS", f"{name}: the capture ended with "
+                                                    f"{out['end_capture']}: {err}")
+        check(out["graph_launch"] == "CUDA_SUCCESS", f"{name}: graph launch {out['graph_launch']}")
+        check(counted == out["launches"], f"{name}: the gate counted {counted} launches of "
                                           f"{out['launches']}")
 
 
@@ -952,6 +983,7 @@ CASES = {
     "threads": case_threads,
     "stream_churn": case_stream_churn,
     "context_end": case_context_end,
+    "capture_neighbour": case_capture_neighbour,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
@@ -987,6 +1019,7 @@ def main(cases=None, options=None, prefix="cushare-shim-"):
         ap.add_argument("--memory-probe")
         ap.add_argument("--share-probe")
         ap.add_argument("--end-probe")
+        ap.add_argument("--capture-probe")
         ap.add_argument("--interposer", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

@@ -4,7 +4,7 @@ the function run(suite, result, deadline)."""
 
 from collections import namedtuple
 
-from . import context_end, graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
+from . import capture_neighbour, context_end, graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
 
 Check = namedtuple("Check", "id title budget_s needs_daemon run")
 
@@ -29,6 +29,8 @@ CHECKS = [
     Check("8", "robustness: kill -9 a tenant mid-run", 60, True, robustness.run),
     Check("11", "contexts that end under queued work (destroy, reset, release)", 60, False,
           context_end.run),
+    Check("12", "a global-mode capture beside another thread's held launches", 40, False,
+          capture_neighbour.run),
     Check("9", "the CUDA runtime's driver lookups (PyTorch, traced by the shim)", 100, False,
           lookups.run),
 ]

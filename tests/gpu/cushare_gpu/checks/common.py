@@ -1,8 +1,14 @@
 """Shared thresholds and helpers of the checks. The tolerances are the
 suite's documented contract (docs/gpu-validation.md)."""
 
+import json
+from typing import Any, Dict, Optional
+
+import cushare_regions as regions
+
+from ..procs import Deadline
 from ..report import CheckResult
-from ..suite_context import GiB, MiB
+from ..suite_context import GiB, MiB, Suite
 
 QUOTA = 4 * GiB
 QUOTA_TEXT = "4Gi"
@@ -41,3 +47,29 @@ def judge_memory(result: CheckResult, quota: int, held, nvml: dict, what: str,
     usable = used if used is not None else held
     result.measure("quota usable (NVML used, else held)", f">= {MIN_FILL:.0%} of quota",
                    gib(usable), None if usable is None else usable >= MIN_FILL * quota)
+
+
+def run_json_probe(suite: Suite, d: Deadline, name: str, argv, env,
+                   timeout: float) -> Dict[str, Any]:
+    """A probe that prints one JSON line and exits, run to its end (stopped
+    past `timeout`): {"rc", "out" (its JSON line, {} without one), "tail"}."""
+    w = suite.procs.spawn(name, argv, env)
+    rc = w.wait_exit(d.cap(timeout))
+    w.stop(grace=0.5)  # stops it if it overstayed; waits for the reader's last line
+    out: Dict[str, Any] = {}
+    for line in reversed(list(w.tail)):
+        if line.startswith("{"):
+            try:
+                out = json.loads(line)
+            except ValueError:
+                pass
+            break
+    return {"rc": rc, "out": out, "tail": w.last_output()}
+
+
+def launches_counted(folder: str) -> Optional[int]:
+    """The launches the gate counted in an allocation folder's usage region."""
+    try:
+        return regions.read(folder, "usage").get("gpus", 0, "launches")
+    except (regions.RegionError, OSError, IndexError):
+        return None

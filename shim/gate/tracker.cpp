@@ -324,10 +324,10 @@ void GpuTracker::launch_failed() noexcept {
 }
 
 // A thread ending a context holds every lock already (a driver callback's
-// capture): nothing to hold again.
-// The trackers are made if none exist yet: a thread's first launch may make
-// them while a capture begins, and must find the capture counted (or begin
-// before it) when it looks, under a tracker's lock.
+// capture): nothing to hold again. Otherwise the trackers are made if none
+// exist yet: a thread's first launch may make them while a capture begins,
+// and must find the capture counted (or begin before it) when it looks,
+// under a tracker's lock.
 RecordsHeld::RecordsHeld() noexcept
     : trackers_(ending_a_context() ? nullptr : &detail::create_trackers()) {
   if (trackers_)

@@ -287,7 +287,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   bool asked = false;      // waited for a lease
   std::uint64_t spun = 0;  // of it on the CPU (gate::ready_spin_ns)
   bool throttled = false;
-  for (;;) {
+  for (bool go = false; !go;) {
     const GateSnapshot snap = read_snapshot(st, gpu, tr);
     g_local_duty[gpu].store(snap.duty.capped, std::memory_order_relaxed);  // read only unarbitrated
     const GateAction action = gate::decide_gate(snap);
@@ -307,7 +307,12 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     demand.count();
     switch (action.step) {
       case GateStep::kWaitForProgress:
-        tr.wait_for_progress(stream, action.ns, gu);
+        // Its stream idle beside a batch over several streams: it starts at
+        // once, whatever the estimate says of the others.
+        if (tr.wait_for_progress(stream, action.ns, gu)) {
+          g_local_expiry[gpu].store(0, std::memory_order_relaxed);
+          go = true;
+        }
         break;
       case GateStep::kSleep:
         throttled = true;

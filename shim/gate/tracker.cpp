@@ -437,7 +437,8 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   batches_.push_back({.event = ev,
                       .end_count = end,
                       .first_submit_ns = first,
-                      .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed)});
+                      .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed),
+                      .several_streams = joined});
   if (batches_.size() == 1) {
     oldest_batch_end_.store(end, std::memory_order_relaxed);
     oldest_batch_ns_.store(first, std::memory_order_release);
@@ -899,16 +900,32 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
   return idle;
 }
 
-void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+// The queue estimate takes the oldest batch's launches to run one after
+// another, and a batch over several streams completes with the slowest: a
+// long kernel on one stream would hold the launches on every other until it
+// ended, though they would run beside it (and a kernel that waits for work
+// launched later on another stream would never end). A launch whose stream
+// has nothing queued starts at once beside it: it goes.
+bool GpuTracker::idle_beside_oldest_locked(CUstream stream) noexcept {
+  if (batches_.empty() || !batches_.front().several_streams) return false;
+  if (stream_is_capturing(stream)) return false;
+  const RelaxedCaptureMode relaxed(captures_active());
+  return real().cuStreamQuery(stream) == CUDA_SUCCESS;
+}
+
+bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
                                    shm::GpuUsage& usage) noexcept {
   if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
     // Wait about as long as the GPU needs to get below the horizon, so the
     // queue never runs dry while we wait (the poller keeps the count right).
+    bool several = false;
     {
       std::lock_guard lock(mu_);
       if (has_tail() && !stream_is_capturing(stream)) {
         record_locked(stream, shm::monotonic_ns(), &usage);
       }
+      if (idle_beside_oldest_locked(stream)) return true;
+      several = !batches_.empty() && batches_.front().several_streams;
     }
     ensure_poller(usage);
     // The poller may not have run since the GPU finished a batch (at normal
@@ -916,7 +933,7 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     // the estimate counts that batch as queued, ever longer by the head rule:
     // this thread, which has the CPU now, looks for itself.
     const std::uint32_t seen = progress_word_.load(std::memory_order_acquire);
-    if (complete_done_batches(usage)) return;
+    if (complete_done_batches(usage)) return false;
     // Renewed on every wait: the daemon takes the lease back from a holder
     // whose thread waits here while this estimate passed (a thread starved of
     // a CPU leaves the GPU idle), and this wait ends before it passes (the
@@ -924,33 +941,43 @@ void GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     publish_expected_drain(shm::monotonic_ns(), usage);
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
+    // Behind a batch over several streams, after about one launch: this
+    // stream may be done long before that batch is.
+    std::uint64_t wait = excess_ns;
+    if (several) wait = std::min(wait, per_launch_ns_.load(std::memory_order_relaxed));
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
-    shm::futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(excess_ns, 20'000, 2'000'000));
+    shm::futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(wait, 20'000, 2'000'000));
     progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);
-    return;
+    return false;
   }
   CUevent ev = nullptr;
+  bool several = false;
   {
     std::lock_guard lock(mu_);
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
-    // Not while a context's end waits for the waits to be over.
-    if (!batches_.empty() && ending_ == 0) {
+    if (idle_beside_oldest_locked(stream)) return true;
+    several = !batches_.empty() && batches_.front().several_streams;
+    // Not while a context's end waits for the waits to be over. Not a batch
+    // over several streams either: this stream may be done long before it.
+    if (!batches_.empty() && ending_ == 0 && !several) {
       ev = batches_.front().event;
       waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
     }
   }
   ensure_poller(usage);
   if (!ev) {
-    // Only work queued into a capture (or record failed): nothing to wait on.
-    timespec ts{.tv_sec = 0, .tv_nsec = 200'000};
+    // Only work queued into a capture (or record failed): nothing to wait
+    // on. Or the oldest batch covers several streams: a look again soon.
+    timespec ts{.tv_sec = 0, .tv_nsec = several ? 50'000 : 200'000};
     nanosleep(&ts, nullptr);
-    return;
+    return false;
   }
   const CUresult rc = wait_for_event(ev);
   std::lock_guard lock(mu_);
   if (rc == CUDA_SUCCESS || rc != CUDA_ERROR_NOT_READY) complete_waited_front_locked(ev, usage);
+  return false;
 }
 
 CUresult GpuTracker::wait_for_event(CUevent ev) noexcept {

@@ -42,6 +42,9 @@ struct Batch {
   std::uint64_t end_count = 0;  // launches submitted up to and including this batch
   std::uint64_t first_submit_ns = 0;
   std::uint64_t last_submit_ns = 0;
+  // Its event covers several streams (on the join stream): it completes with
+  // the slowest of them.
+  bool several_streams = false;
 };
 
 // What a record of the tail before a wait came to.
@@ -154,7 +157,11 @@ class GpuTracker {
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
-  void wait_for_progress(CUstream stream, std::uint64_t excess_ns, shm::GpuUsage& usage) noexcept;
+  // Returns true where the launch goes now whatever the estimate: the
+  // oldest batch covers several streams and `stream` has nothing queued
+  // (docs/scheduler.md, "A long kernel on another stream").
+  [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+                                       shm::GpuUsage& usage) noexcept;
 
   // The application destroys `stream`: work of the batch on it is recorded
   // now, while the handle is valid, and the stream forgotten, so no later
@@ -235,6 +242,9 @@ class GpuTracker {
   // context's end waits for it to return before the driver destroys the
   // event (ContextEnding).
   CUresult wait_for_event(CUevent ev) noexcept;
+  // Whether the oldest batch covers several streams while `stream` has
+  // nothing queued (a query of it, in the relaxed mode during a capture).
+  bool idle_beside_oldest_locked(CUstream stream) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;

@@ -5,7 +5,8 @@
 #   tests/gpu/pack_build.sh BUILD_DIR OUT_DIR
 #
 # OUT_DIR/build: lib/libcushare.so and bin/{cushared,cushare-gpu-probe,
-# gate_bench,shim_probe,context_end_probe,capture_neighbour_probe} (those present), without debug
+# gate_bench,shim_probe,context_end_probe,capture_neighbour_probe,
+# stream_cover_probe} (those present), without debug
 # information.
 # OUT_DIR/deps: the shared libraries they need beyond the C and C++ runtimes
 # and the driver (spdlog, fmt, ...). On the GPU machine, from the checkout:
@@ -22,7 +23,8 @@ out=$2
 rm -rf "$out/build" "$out/deps"
 mkdir -p "$out/build/lib" "$out/build/bin" "$out/deps"
 files=(lib/libcushare.so)
-for b in cushared cushare-gpu-probe gate_bench shim_probe context_end_probe capture_neighbour_probe; do
+for b in cushared cushare-gpu-probe gate_bench shim_probe context_end_probe capture_neighbour_probe \
+         stream_cover_probe; do
   [ -x "$build/bin/$b" ] && files+=("bin/$b")
 done
 for f in "${files[@]}"; do

@@ -123,7 +123,7 @@ else
       # In its own process group and waited for in the background, so that a
       # signal stops the build at once (the trap kills the group).
       # cushared and the shim probes are optional: without them the daemon
-      # checks and checks 11 and 12 are skipped.
+      # checks and checks 11, 12 and 13 are skipped.
       # The build runs in its own process group (no `timeout` inside: it would
       # make groups of its own), bounded from here, and the trap kills the
       # whole group, so a signal or the time limit stops it at once.
@@ -131,8 +131,8 @@ else
         cmake --build "$2" -j "$3" --target cushare cushare-gpu-probe &&
         { cmake --build "$2" -j "$3" --target cushared ||
           echo "run.sh: cushared not built; the checks that need the daemon are skipped"; } &&
-        { cmake --build "$2" -j "$3" --target context_end_probe capture_neighbour_probe ||
-          echo "run.sh: the shim probes not built; checks 11 and 12 are skipped"; }' \
+        { cmake --build "$2" -j "$3" --target context_end_probe capture_neighbour_probe stream_cover_probe ||
+          echo "run.sh: the shim probes not built; checks 11, 12 and 13 are skipped"; }' \
         _ "$repo" "$build" "$(nproc)" "${generator[@]}" "${configure[@]}" \
         ${CUDA_HOME:+-DCUDA_HOME=$CUDA_HOME} >"$out/build.log" 2>&1 &
       builder=$!

@@ -1,24 +1,27 @@
 #include "tests/fakegpu/core/engine.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "tests/fakegpu/core/shared_allocations.hpp"
 
 namespace fakegpu {
 namespace {
 
-WorkItem& head_of(ContextSlot& c) {
-  return c.items[c.head];
+WorkItem& item_at(ContextSlot& c, uint32_t i) {
+  return c.items[(c.head + i) % kQueueCap];
+}
+const WorkItem& item_at(const ContextSlot& c, uint32_t i) {
+  return c.items[(c.head + i) % kQueueCap];
 }
 
-// Whether a context's next item can make progress now. Reaching a host
-// callback is recorded here: the process's callback thread polls `reached`.
-bool head_runnable(SharedState& s, ContextSlot& c) {
-  if (c.state != SlotState::live || c.count == 0) return false;
-  WorkItem& item = head_of(c);
+// Whether an item at the head of its stream can make progress now. Reaching
+// a host callback is recorded here: the process's callback thread polls
+// `reached`.
+bool item_runnable(SharedState& s, WorkItem& item) {
   if (item.kind == ItemKind::wait_event) {
     const EventSlot& e = s.events[item.slot];
-    return e.state == SlotState::free || e.completed >= item.ticket;
+    return e.state == SlotState::free || record_completed(e, item.ticket);
   }
   if (item.kind == ItemKind::host_fn) {
     EventSlot& e = s.events[item.slot];
@@ -27,6 +30,51 @@ bool head_runnable(SharedState& s, ContextSlot& c) {
     return e.host_done >= item.ticket;
   }
   return true;
+}
+
+// What a context runs now: the heads of its streams that their stream order
+// lets start (the legacy stream's after every earlier blocking stream's item,
+// a blocking stream's after every earlier legacy one) and that can progress.
+// One taking no time (a record, a wait satisfied) alone, completed at once;
+// else the kernels and copies, oldest first, at most kConcurrentStreams, which
+// share the engine equally. Stops once every stream's head was seen.
+struct Running {
+  uint32_t at[kConcurrentStreams];
+  uint32_t count = 0;
+  bool instant = false;
+};
+
+Running running_items(SharedState& s, ContextSlot& c) {
+  Running r;
+  if (c.state != SlotState::live) return r;
+  bool earlier_blocking = false;
+  bool earlier_legacy = false;
+  uint32_t heads = 0;
+  for (uint32_t i = 0; i < c.count && heads < c.lanes_pending; ++i) {
+    WorkItem& item = item_at(c, i);
+    if (item.lane_head) {
+      ++heads;
+      bool ordered = true;
+      if (item.order == LaneOrder::legacy) ordered = !earlier_blocking;
+      if (item.order == LaneOrder::blocking) ordered = !earlier_legacy;
+      if (ordered && item_runnable(s, item)) {
+        if (item.remaining_ns == 0) {
+          r.at[0] = i;
+          r.count = 1;
+          r.instant = true;
+          return r;
+        }
+        if (r.count < kConcurrentStreams) r.at[r.count++] = i;
+      }
+    }
+    earlier_legacy |= item.order == LaneOrder::legacy;
+    earlier_blocking |= item.order == LaneOrder::blocking;
+  }
+  return r;
+}
+
+bool context_runnable(SharedState& s, ContextSlot& c) {
+  return running_items(s, c).count > 0;
 }
 
 // Next runnable context after `after` in the device's round-robin order.
@@ -38,7 +86,7 @@ int32_t next_runnable(SharedState& s, DeviceSlot& d, int32_t after, int32_t excl
   }
   for (uint32_t k = 0; k < d.ctx_count; ++k) {
     int32_t c = d.ctx_list[(start + k) % d.ctx_count];
-    if (c != exclude && head_runnable(s, s.contexts[c])) return c;
+    if (c != exclude && context_runnable(s, s.contexts[c])) return c;
   }
   return -1;
 }
@@ -53,6 +101,26 @@ void write_checkpoint(SharedState& s, uint32_t device) {
   }
 }
 
+bool records_pending(const EventSlot& e) {
+  for (uint64_t p : e.pending)
+    if (p != 0) return true;
+  return false;
+}
+
+// Record `ticket` of an event slot is queued.
+void queue_record(EventSlot& e, uint64_t ticket) {
+  e.recorded = std::max(e.recorded, ticket);
+  uint64_t* oldest = &e.pending[0];
+  for (uint64_t& p : e.pending) {
+    if (p == 0) {
+      p = ticket;
+      return;
+    }
+    if (p < *oldest) oldest = &p;
+  }
+  *oldest = ticket;
+}
+
 // Record `ticket` of an event slot completed at `t`; a destroyed event
 // whose last queued record this was goes.
 void complete_record(EventSlot& e, uint64_t ticket, uint64_t t) {
@@ -61,18 +129,34 @@ void complete_record(EventSlot& e, uint64_t ticket, uint64_t t) {
     e.completed = ticket;
     e.time_ns = t;
   }
-  if (e.state == SlotState::dying && e.completed >= e.recorded) e.state = SlotState::free;
+  for (uint64_t& p : e.pending)
+    if (p == ticket) p = 0;
+  if (e.state == SlotState::dying && !records_pending(e)) e.state = SlotState::free;
 }
 
-void complete_head(SharedState& s, ContextSlot& c, uint64_t t) {
-  WorkItem& item = head_of(c);
-  if ((item.kind == ItemKind::marker || item.kind == ItemKind::host_fn) && item.slot >= 0) {
-    complete_record(s.events[item.slot], item.ticket, t);
+// Item `at` completed at `t`: the next of its stream becomes that stream's
+// head, and it leaves the queue (the rest keep their order).
+void complete_item(SharedState& s, ContextSlot& c, uint32_t at, uint64_t t) {
+  const WorkItem done = item_at(c, at);
+  if ((done.kind == ItemKind::marker || done.kind == ItemKind::host_fn) && done.slot >= 0) {
+    complete_record(s.events[done.slot], done.ticket, t);
   }
-  c.completed_seq = item.seq;
-  c.last_done_ns = t;
-  c.head = (c.head + 1) % kQueueCap;
+  bool more = false;
+  for (uint32_t i = at + 1; i < c.count && !more; ++i) {
+    WorkItem& next = item_at(c, i);
+    if (next.lane == done.lane) {
+      next.lane_head = 1;
+      more = true;
+    }
+  }
+  if (!more && c.lanes_pending > 0) --c.lanes_pending;
+  if (at == 0) {
+    c.head = (c.head + 1) % kQueueCap;
+  } else {
+    for (uint32_t i = at; i + 1 < c.count; ++i) item_at(c, i) = item_at(c, i + 1);
+  }
   --c.count;
+  c.last_done_ns = t;
 }
 
 }  // namespace
@@ -83,7 +167,7 @@ void advance_device(SharedState& s, uint32_t device, uint64_t now) {
   uint64_t t = d.clock_ns;
   while (t < now) {
     const uint64_t next_ck = s.header.created_ns + (d.ck_index + 1) * kUtilPeriodNs;
-    if (d.running >= 0 && !head_runnable(s, s.contexts[d.running])) {
+    if (d.running >= 0 && !context_runnable(s, s.contexts[d.running])) {
       d.last_ran = d.running;
       d.running = -1;
     }
@@ -98,7 +182,11 @@ void advance_device(SharedState& s, uint32_t device, uint64_t now) {
       d.slice_start_ns = t;
     }
     ContextSlot& c = s.contexts[d.running];
-    WorkItem& item = head_of(c);
+    const Running run = running_items(s, c);
+    if (run.instant) {
+      complete_item(s, c, run.at[0], t);
+      continue;
+    }
     const bool others = next_runnable(s, d, d.running, d.running) >= 0;
     if (!others && d.slice_start_ns + slice <= t) d.slice_start_ns = t;  // alone: slices renew
     // A context that ran alone through a step longer than a slice is, when
@@ -108,25 +196,34 @@ void advance_device(SharedState& s, uint32_t device, uint64_t now) {
     if (others && d.slice_start_ns + slice < t)
       d.slice_start_ns += (t - d.slice_start_ns) / slice * slice;
     const uint64_t slice_end = d.slice_start_ns + slice;
-    uint64_t event = t + item.remaining_ns;
+    // The running items share the engine equally: the shortest ends after
+    // its remaining time once per item.
+    uint64_t shortest = std::numeric_limits<uint64_t>::max();
+    for (uint32_t k = 0; k < run.count; ++k)
+      shortest = std::min(shortest, item_at(c, run.at[k]).remaining_ns);
+    uint64_t event = t + shortest * run.count;
     if (others) event = std::min(event, slice_end);
     event = std::min({event, now, next_ck});
     const uint64_t step = event - t;
     if (step > 0) {
-      item.remaining_ns -= step;
+      // The nanoseconds the division leaves go to the oldest: every item
+      // still gets at most `shortest`, and the busy time is exactly `step`.
+      for (uint32_t k = 0; k < run.count; ++k) {
+        WorkItem& item = item_at(c, run.at[k]);
+        item.remaining_ns -= step / run.count + (k < step % run.count ? 1 : 0);
+      }
       c.busy_ns += step;
       d.busy_ns += step;
       s.procs[c.proc].busy[device] += step;
     }
     t = event;
-    if (item.remaining_ns == 0) {
-      complete_head(s, c, t);
-      if (c.count == 0) {
-        d.last_ran = d.running;
-        d.running = -1;
-      }
-    } else if (others && t >= slice_end) {
-      d.last_ran = d.running;  // preempted at the slice boundary; resumes later
+    // The newest first: completing one moves the items after it.
+    for (uint32_t k = run.count; k-- > 0;)
+      if (item_at(c, run.at[k]).remaining_ns == 0) complete_item(s, c, run.at[k], t);
+    // Switched out once its queue is empty, or preempted at the slice
+    // boundary (it resumes later).
+    if (c.count == 0 || (others && t >= slice_end)) {
+      d.last_ran = d.running;
       d.running = -1;
     }
     if (t == next_ck) write_checkpoint(s, device);
@@ -139,32 +236,62 @@ void advance_all(SharedState& s, uint64_t now) {
 }
 
 uint64_t enqueue(SharedState& s, int32_t ctx, ItemKind kind, uint64_t duration_ns, int32_t slot,
-                 uint64_t ticket, uint32_t depth, uint64_t now) {
+                 uint64_t ticket, uint32_t depth, uint64_t now, Lane lane) {
   ContextSlot& c = s.contexts[ctx];
   advance_device(s, c.device, now);
   if (c.count >= std::min(depth, kQueueCap)) return 0;
-  WorkItem& item = c.items[(c.head + c.count) % kQueueCap];
+  // From the newest back: a stream that keeps being used is found at once.
+  bool queued = false;
+  for (uint32_t i = c.count; i-- > 0 && !queued;) queued = item_at(c, i).lane == lane.id;
+  WorkItem& item = item_at(c, c.count);
   item.remaining_ns = (kind == ItemKind::kernel || kind == ItemKind::copy) ? duration_ns : 0;
   item.seq = ++c.submitted_seq;
   item.ticket = ticket;
+  item.lane = lane.id;
   item.slot = slot;
   item.kind = kind;
+  item.order = lane.order;
+  item.lane_head = queued ? 0 : 1;
+  if (!queued) ++c.lanes_pending;
   ++c.count;
-  if (kind == ItemKind::marker && slot >= 0)
-    s.events[slot].recorded = std::max(s.events[slot].recorded, ticket);
+  if (kind == ItemKind::marker && slot >= 0) queue_record(s.events[slot], ticket);
   // Zero-time items at the head of an idle context complete right away.
   advance_device(s, c.device, now);
   return item.seq;
 }
 
-uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now) {
+bool record_completed(const EventSlot& e, uint64_t ticket) {
+  if (ticket > e.completed) return false;
+  for (uint64_t p : e.pending)
+    if (p == ticket) return false;
+  return true;
+}
+
+bool context_done_through(const SharedState& s, int32_t ctx, uint64_t seq) {
+  const ContextSlot& c = s.contexts[ctx];
+  return c.count == 0 || item_at(c, 0).seq > seq;
+}
+
+bool lane_done_through(const SharedState& s, int32_t ctx, uint64_t lane, uint64_t seq) {
+  const ContextSlot& c = s.contexts[ctx];
+  for (uint32_t i = 0; i < c.count; ++i) {
+    const WorkItem& item = item_at(c, i);
+    if (item.seq > seq) return true;
+    if (item.lane == lane) return false;
+  }
+  return true;
+}
+
+uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now,
+                      const uint64_t* lane) {
   const ContextSlot& c = s.contexts[ctx];
   const DeviceSlot& d = s.devices[c.device];
   uint64_t own = 0;
   bool blocked = false;
   for (uint32_t i = 0; i < c.count; ++i) {
-    const WorkItem& item = c.items[(c.head + i) % kQueueCap];
+    const WorkItem& item = item_at(c, i);
     if (item.seq > seq) break;
+    if (lane && item.lane != *lane) continue;
     own += item.remaining_ns;
     blocked |= item.kind == ItemKind::wait_event || item.kind == ItemKind::host_fn;
   }
@@ -172,7 +299,7 @@ uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t 
   if (d.running >= 0 && d.running != ctx) {
     const ContextSlot& r = s.contexts[d.running];
     uint64_t theirs = 0;
-    for (uint32_t i = 0; i < r.count; ++i) theirs += r.items[(r.head + i) % kQueueCap].remaining_ns;
+    for (uint32_t i = 0; i < r.count; ++i) theirs += item_at(r, i).remaining_ns;
     const uint64_t slice_end = d.slice_start_ns + s.header.timeslice_ns;
     before = std::min(theirs, slice_end > now ? slice_end - now : 0);
   }
@@ -216,10 +343,10 @@ int32_t create_context(SharedState& s, int32_t proc, uint32_t device, uint64_t o
     c.flags = 0;
     c.generation = generation;
     c.overhead = overhead;
-    c.submitted_seq = c.completed_seq = 0;
+    c.submitted_seq = 0;
     c.last_done_ns = now;
     c.busy_ns = 0;
-    c.head = c.count = 0;
+    c.head = c.count = c.lanes_pending = 0;
     DeviceSlot& d = s.devices[device];
     d.ctx_list[d.ctx_count++] = i;
     return i;
@@ -248,7 +375,7 @@ void destroy_context(SharedState& s, int32_t ctx, uint64_t now) {
     if (item.kind == ItemKind::marker && item.slot >= 0)
       complete_record(s.events[item.slot], item.ticket, now);
   }
-  c.count = 0;
+  c.count = c.lanes_pending = 0;
   c.state = SlotState::free;
 }
 
@@ -287,7 +414,7 @@ void destroy_event(SharedState& s, int32_t slot) {
   if (slot < 0 || slot >= static_cast<int32_t>(kMaxEvents)) return;
   EventSlot& e = s.events[slot];
   if (e.state != SlotState::live) return;
-  e.state = e.completed < e.recorded ? SlotState::dying : SlotState::free;
+  e.state = records_pending(e) ? SlotState::dying : SlotState::free;
 }
 
 namespace {

@@ -3,7 +3,13 @@
 // `now` (CLOCK_MONOTONIC ns): no syscalls, no clock reads, so it is unit-tested
 // with a fake clock. Callers hold the state mutex.
 //
-// Model: one engine per device. A context's items run in submission order.
+// Model: one engine per device. Each stream of a context (a lane) runs its
+// items in submission order; the streams are independent but for the legacy
+// default stream's barrier (LaneOrder) and the events they wait on. The
+// kernels at the heads of a context's streams run side by side, sharing the
+// engine equally (the busy time is the sum of their durations, as if each
+// filled the device), so a short kernel beside a long one on another stream
+// ends first, and an event recorded on an idle stream completes at once.
 // Contexts with runnable work share the engine round-robin in timeslices; a
 // context is switched out at a slice boundary (even mid-kernel: the kernel is
 // preempted and resumes later) only if another context is waiting, and as
@@ -19,14 +25,28 @@ namespace fakegpu {
 void advance_all(SharedState& s, uint64_t now);
 void advance_device(SharedState& s, uint32_t device, uint64_t now);
 
-// Appends an item to a context's queue (after advancing its device to now).
-// Returns the item's sequence number, or 0 if the queue holds `depth` items.
+// The stream an item is queued on.
+struct Lane {
+  uint64_t id = 0;
+  LaneOrder order = LaneOrder::blocking;
+};
+
+// Appends an item to a context's queue on `lane` (after advancing its device
+// to now). Returns the item's sequence number, or 0 if the context's queue
+// holds `depth` items.
 uint64_t enqueue(SharedState& s, int32_t ctx, ItemKind kind, uint64_t duration_ns, int32_t slot,
-                 uint64_t ticket, uint32_t depth, uint64_t now);
+                 uint64_t ticket, uint32_t depth, uint64_t now, Lane lane = {});
+
+// Whether every item of the context up to sequence number `seq` completed.
+bool context_done_through(const SharedState& s, int32_t ctx, uint64_t seq);
+// Whether every item of stream `lane` up to `seq` completed.
+bool lane_done_through(const SharedState& s, int32_t ctx, uint64_t lane, uint64_t seq);
 
 // Lower bound on the time from `now` until context `ctx` has completed item
-// `seq`, assuming nothing else arrives. Used to sleep instead of spinning.
-uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now);
+// `seq` (of every stream, or of `*lane` alone), assuming nothing else
+// arrives. Used to sleep instead of spinning.
+uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now,
+                      const uint64_t* lane = nullptr);
 
 // Memory: charges `bytes` on `device` to process `proc`; false if the device
 // lacks the capacity (nothing is charged then).
@@ -41,6 +61,9 @@ int32_t create_context(SharedState& s, int32_t proc, uint32_t device, uint64_t o
 void destroy_context(SharedState& s, int32_t ctx, uint64_t now);
 // Frees everything a process held, as the driver does when a process dies.
 void release_process(SharedState& s, int32_t proc, uint64_t now);
+
+// Whether record `ticket` of an event slot completed (a wait on it is let go).
+bool record_completed(const EventSlot& e, uint64_t ticket);
 
 // Event slots. A new slot's tickets start after *first_ticket (the slot's
 // earlier owners' last), so a record queued for one of them never completes

@@ -10,11 +10,14 @@
 namespace fakegpu {
 
 inline constexpr uint64_t kStateMagic = 0x3155504745'4b4146ull;  // "FAKEGPU1"
-inline constexpr uint32_t kStateVersion = 7;
+inline constexpr uint32_t kStateVersion = 8;
 inline constexpr uint32_t kMaxDevices = 8;
 inline constexpr uint32_t kMaxProcs = 512;
 inline constexpr uint32_t kMaxContexts = 256;
 inline constexpr uint32_t kQueueCap = 1024;  // hard upper bound of FAKEGPU_QUEUE_DEPTH
+// Streams of one context whose kernels run side by side (the driver's
+// default CUDA_DEVICE_MAX_CONNECTIONS hardware queues).
+inline constexpr uint32_t kConcurrentStreams = 8;
 inline constexpr uint32_t kMaxEvents = 16384;
 inline constexpr uint32_t kUtilRing = 64;  // checkpoints kept (x period = history)
 inline constexpr uint64_t kUtilPeriodNs = 100'000'000;
@@ -26,16 +29,24 @@ enum class ItemKind : uint32_t {
   kernel = 1,      // occupies the engine for remaining_ns
   copy = 2,        // copy or memset: occupies the engine like a kernel
   marker = 3,      // event record: completes when reached
-  wait_event = 4,  // blocks its context until event `slot` completes `ticket`
-  host_fn = 5,     // blocks its context until the host callback for `slot` returns
+  wait_event = 4,  // blocks its stream until event `slot` completes `ticket`
+  host_fn = 5,     // blocks its stream until the host callback for `slot` returns
 };
+
+// How a stream's work is ordered against the context's other streams: the
+// legacy default stream waits for all earlier work of the blocking streams,
+// and they wait for its earlier work; a non-blocking stream for neither.
+enum class LaneOrder : uint32_t { blocking = 0, legacy = 1, non_blocking = 2 };
 
 struct WorkItem {
   uint64_t remaining_ns;
   uint64_t seq;     // context submission sequence number (1-based, increasing)
   uint64_t ticket;  // event record number (marker, wait_event, host_fn)
+  uint64_t lane;    // the stream it was queued on (its id in the process)
   int32_t slot;     // event slot or -1
   ItemKind kind;
+  LaneOrder order;
+  uint32_t lane_head;  // 1: the first of its stream's items still queued
 };
 
 // `dying`: an event destroyed while a record of it was still queued; the
@@ -50,11 +61,13 @@ struct ContextSlot {
   uint64_t generation;  // bumps on every reuse; handles carry it
   uint64_t overhead;
   uint64_t submitted_seq;
-  uint64_t completed_seq;
   uint64_t last_done_ns;  // simulated time the last item completed
   uint64_t busy_ns;
+  // The queued items, oldest first (items complete out of order across
+  // streams: a completed one leaves, the rest keep their order).
   uint32_t head;
   uint32_t count;
+  uint32_t lanes_pending;  // streams with items queued (items with lane_head set)
   WorkItem items[kQueueCap];
 };
 
@@ -95,12 +108,21 @@ struct ProcSlot {
   uint64_t ck_busy[kMaxDevices][kUtilRing];
 };
 
+// Records of one event queued at once that are kept apart: streams complete
+// them out of order, and a wait on an earlier record must not be let go by a
+// later one's completion.
+inline constexpr uint32_t kEventPendingRecords = 16;
+
 struct EventSlot {
   SlotState state;
   int32_t proc;
   uint64_t recorded;   // highest record (ticket) queued; tickets go on across reuses
   uint64_t completed;  // highest record completed
   uint64_t time_ns;    // simulated completion time of `completed`
+  // Records queued and not completed (0: none in that place). More than
+  // kEventPendingRecords at once: the oldest is no longer kept, and counts
+  // as completed once a later record did (never a wait that cannot end).
+  uint64_t pending[kEventPendingRecords];
   uint64_t reached;    // host_fn: highest ticket whose item reached the head
   uint64_t host_done;  // host_fn: highest ticket whose callback returned
 };

@@ -184,6 +184,17 @@ void StateFile::repair_after_owner_death() {
   for (ContextSlot& c : s.contexts) {
     c.head %= kQueueCap;
     if (c.count > kQueueCap) c.count = kQueueCap;
+    // Each stream's first queued item is its head (a completion may have
+    // been cut short between moving the mark and removing the item).
+    c.lanes_pending = 0;
+    for (uint32_t i = 0; i < c.count; ++i) {
+      WorkItem& item = c.items[(c.head + i) % kQueueCap];
+      bool first = true;
+      for (uint32_t j = 0; j < i && first; ++j)
+        first = c.items[(c.head + j) % kQueueCap].lane != item.lane;
+      item.lane_head = first ? 1 : 0;
+      c.lanes_pending += item.lane_head;
+    }
   }
 }
 

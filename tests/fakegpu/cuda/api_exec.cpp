@@ -276,7 +276,7 @@ CUresult stream_sync(CUstream stream) {
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
-  CUresult r = wait_for(s->ctx, s->last_seq.load());
+  CUresult r = wait_for(s->ctx, s->last_seq.load(), s);
   if (r == CUDA_SUCCESS) trim_pools_after_sync();
   return r;
 }
@@ -290,7 +290,7 @@ CUresult stream_query(CUstream stream) {
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   if (CUresult r = unsafe_call_during_captures(); r != CUDA_SUCCESS) return r;
-  return query(s->ctx, s->last_seq.load());
+  return query(s->ctx, s->last_seq.load(), s);
 }
 
 // ---- events ----
@@ -333,14 +333,15 @@ CUresult event_state(Event* e, uint64_t* time_ns) {
   StateLock lock(*d.file);
   const EventSlot& slot = lock.state().events[e->slot];
   if (e->ticket == 0) return CUDA_SUCCESS;
-  if (slot.completed < e->ticket) return CUDA_ERROR_NOT_READY;
+  if (!record_completed(slot, e->ticket)) return CUDA_ERROR_NOT_READY;
   if (time_ns) *time_ns = slot.time_ns;
   return CUDA_SUCCESS;
 }
 
 struct HostCall {
   Context* ctx;
-  uint64_t reach_seq;  // the callback runs once the stream completed this
+  const Stream* on;
+  uint64_t seq;  // the host function's item; the callback runs once the engine reaches it
   int32_t slot;
   uint64_t ticket;
   CUhostFn fn;
@@ -352,7 +353,7 @@ struct HostCall {
 // Runs one host callback when its stream position is reached, then lets the
 // stream continue (the callback blocks later work, as on hardware).
 void run_host_call(HostCall call) {
-  CUresult status = wait_for(call.ctx, call.reach_seq);
+  CUresult status = wait_host_reached(call.ctx, call.on, call.seq, call.slot, call.ticket);
   if (call.fn && status == CUDA_SUCCESS) call.fn(call.user);
   if (call.callback) call.callback(call.stream, status, call.user);
   Driver& d = driver();
@@ -378,12 +379,12 @@ CUresult host_call(CUstream stream, CUhostFn fn, CUstreamCallback callback, void
   uint64_t seq = 0;
   if (CUresult r = submit(s, ItemKind::host_fn, 0, slot, before + 1, &seq); r != CUDA_SUCCESS)
     return r;
-  HostCall call{s->ctx, seq - 1, slot, before + 1, fn, callback, stream, user};
+  HostCall call{s->ctx, s, seq, slot, before + 1, fn, callback, stream, user};
   std::thread([call] {
     run_host_call(call);
-    // The slot is freed once the item after the callback has been consumed.
+    // The slot is freed once the engine has consumed the callback's item.
     Driver& drv = driver();
-    wait_for(call.ctx, call.reach_seq + 1);
+    wait_for(call.ctx, call.seq, call.on);
     StateLock lock(*drv.file);
     destroy_event(lock.state(), call.slot);
   }).detach();
@@ -649,8 +650,8 @@ CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int Flags)
   if (CUresult r = resolve_stream(hStream, &s); r != CUDA_SUCCESS) return r;
   if (e->captured) return capture_wait_event(s, e);  // a fork or a join of a capture
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return CUDA_SUCCESS;  // ordering inside a graph is sequential
-  if (e->ticket == 0 || e->ctx == s->ctx) return CUDA_SUCCESS;  // same context: already ordered
+    return CUDA_SUCCESS;                    // ordering inside a graph is sequential
+  if (e->ticket == 0) return CUDA_SUCCESS;  // never recorded: nothing to wait for
   return submit(s, ItemKind::wait_event, 0, e->slot, e->ticket);
 }
 
@@ -777,15 +778,18 @@ FAKEGPU_API CUresult cuEventSynchronize(CUevent hEvent) {
       StateLock lock(*d.file);
       const int32_t ctx_slot = e->ctx.load()->slot;
       const ContextSlot& c = lock.state().contexts[ctx_slot];
-      uint64_t target = c.completed_seq + 1;
+      uint64_t target = 0;
+      const uint64_t* lane = nullptr;
       for (uint32_t i = 0; i < c.count; ++i) {
         const WorkItem& item = c.items[(c.head + i) % kQueueCap];
-        if (item.kind == ItemKind::marker && item.slot == e->slot && item.ticket == e->ticket)
+        if (item.kind == ItemKind::marker && item.slot == e->slot && item.ticket == e->ticket) {
           target = item.seq;
+          lane = &item.lane;
+        }
       }
       wake = lock.now() +
-             std::clamp<uint64_t>(wait_hint_ns(lock.state(), ctx_slot, target, lock.now()), 20'000,
-                                  50'000'000);
+             std::clamp<uint64_t>(wait_hint_ns(lock.state(), ctx_slot, target, lock.now(), lane),
+                                  20'000, 50'000'000);
     }
     sleep_until_ns(wake);
   }

@@ -114,7 +114,7 @@ CUresult fakegpu::run_transfer(Stream* s, uint64_t bytes, bool device_local, boo
   }
   uint64_t seq = 0;
   if (CUresult r = submit(s, ItemKind::copy, ns, -1, 0, &seq); r != CUDA_SUCCESS) return r;
-  return sync ? wait_for(s->ctx, seq) : CUDA_SUCCESS;
+  return sync ? wait_for(s->ctx, seq, s) : CUDA_SUCCESS;
 }
 
 namespace {

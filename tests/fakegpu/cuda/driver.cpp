@@ -204,6 +204,12 @@ bool slot_matches(const SharedState& s, const Context* ctx) {
 
 }  // namespace
 
+Lane lane_of(const Stream& stream) {
+  if (&stream == &stream.ctx->default_stream) return {stream.id, LaneOrder::legacy};
+  if (stream.flags & CU_STREAM_NON_BLOCKING) return {stream.id, LaneOrder::non_blocking};
+  return {stream.id, LaneOrder::blocking};
+}
+
 CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slot, uint64_t ticket,
                 uint64_t* seq) {
   Driver& d = driver();
@@ -215,7 +221,8 @@ CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slo
       StateLock lock(*d.file);
       SharedState& s = lock.state();
       if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-      const uint64_t n = enqueue(s, ctx->slot, kind, duration_ns, slot, ticket, depth, lock.now());
+      const uint64_t n = enqueue(s, ctx->slot, kind, duration_ns, slot, ticket, depth, lock.now(),
+                                 lane_of(*stream));
       if (n != 0) {
         stream->last_seq.store(n, std::memory_order_relaxed);
         ctx->last_seq.store(n, std::memory_order_relaxed);
@@ -232,15 +239,29 @@ CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slo
   }
 }
 
-CUresult query(Context* ctx, uint64_t seq) {
+namespace {
+
+bool done_through(const SharedState& s, const Context* ctx, uint64_t seq, const Stream* stream) {
+  return stream ? lane_done_through(s, ctx->slot, stream->id, seq)
+                : context_done_through(s, ctx->slot, seq);
+}
+
+}  // namespace
+
+CUresult query(Context* ctx, uint64_t seq, const Stream* stream) {
   Driver& d = driver();
   StateLock lock(*d.file);
   const SharedState& s = lock.state();
   if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  return s.contexts[ctx->slot].completed_seq >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return done_through(s, ctx, seq, stream) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult wait_for(Context* ctx, uint64_t seq) {
+namespace {
+
+// Sleeps until `done(state)` holds, by the engine's hint for item `seq` (of
+// every stream, or `*lane`'s), or the context is gone.
+template <typename Done>
+CUresult sleep_until_done(Context* ctx, uint64_t seq, const uint64_t* lane, Done done) {
   Driver& d = driver();
   for (;;) {
     uint64_t wake;
@@ -248,11 +269,24 @@ CUresult wait_for(Context* ctx, uint64_t seq) {
       StateLock lock(*d.file);
       const SharedState& s = lock.state();
       if (!slot_matches(s, ctx)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-      if (s.contexts[ctx->slot].completed_seq >= seq) return CUDA_SUCCESS;
-      wake = lock.now() + clamp_sleep(wait_hint_ns(s, ctx->slot, seq, lock.now()));
+      if (done(s)) return CUDA_SUCCESS;
+      wake = lock.now() + clamp_sleep(wait_hint_ns(s, ctx->slot, seq, lock.now(), lane));
     }
     sleep_until_ns(wake);
   }
+}
+
+}  // namespace
+
+CUresult wait_for(Context* ctx, uint64_t seq, const Stream* stream) {
+  return sleep_until_done(ctx, seq, stream ? &stream->id : nullptr,
+                          [&](const SharedState& s) { return done_through(s, ctx, seq, stream); });
+}
+
+CUresult wait_host_reached(Context* ctx, const Stream* stream, uint64_t seq, int32_t slot,
+                           uint64_t ticket) {
+  return sleep_until_done(ctx, seq, &stream->id,
+                          [&](const SharedState& s) { return s.events[slot].reached >= ticket; });
 }
 
 uint64_t va_alloc(uint64_t size, uint64_t alignment) {

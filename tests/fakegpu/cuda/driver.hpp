@@ -49,7 +49,7 @@ struct Stream {
   unsigned flags = 0;
   int priority = 0;
   uint64_t id = 0;
-  std::atomic<uint64_t> last_seq{0};  // the stream is done once its context completed this
+  std::atomic<uint64_t> last_seq{0};  // the stream is done once its items through this are
   // Stream capture (a capturing stream records work into `graph` instead of running it).
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
@@ -264,10 +264,19 @@ void capture_state_changed(Stream* s, bool capturing);
 // queue is at FAKEGPU_QUEUE_DEPTH. Returns the sequence number in *seq.
 CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slot = -1,
                 uint64_t ticket = 0, uint64_t* seq = nullptr);
-// Sleeps until the context has completed `seq` (simulated time <= now).
-CUresult wait_for(Context* ctx, uint64_t seq);
-// Non-blocking: whether `seq` is complete.
-CUresult query(Context* ctx, uint64_t seq);
+// The engine's lane for a stream's work: its id, and how the legacy stream's
+// barrier orders it.
+Lane lane_of(const Stream& stream);
+// Sleeps until the context has completed its items through `seq`, of every
+// stream or of `stream` alone (simulated time <= now).
+CUresult wait_for(Context* ctx, uint64_t seq, const Stream* stream = nullptr);
+// Non-blocking: whether they are complete.
+CUresult query(Context* ctx, uint64_t seq, const Stream* stream = nullptr);
+// Sleeps until the engine reached host function `ticket` of event slot
+// `slot`, queued on `stream` as item `seq`: its stream's earlier work, and
+// the work the legacy stream's order puts before it, completed.
+CUresult wait_host_reached(Context* ctx, const Stream* stream, uint64_t seq, int32_t slot,
+                           uint64_t ticket);
 
 // Device address space.
 uint64_t va_alloc(uint64_t size, uint64_t alignment);

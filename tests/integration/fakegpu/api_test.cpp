@@ -233,6 +233,35 @@ TEST_F(Api, EventsMeasureSimulatedKernelTime) {
   cuEventDestroy(stop);
 }
 
+// A context's streams run side by side: an idle stream's record completes at
+// once while another stream's kernel runs, and a stream that waits on that
+// kernel's event (the same context) waits for it, while the other does not.
+TEST_F(Api, StreamsOfOneContextRunSideBySideAndWaitOnEachOther) {
+  CUstream busy = nullptr, idle = nullptr, waiting = nullptr;
+  CUevent behind = nullptr, on_idle = nullptr, after_wait = nullptr;
+  record_behind_kernel(200'000'000, &busy, &behind);
+  ASSERT_EQ(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&waiting, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&on_idle, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&after_wait, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(on_idle, idle), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(waiting, behind, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(after_wait, waiting), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventSynchronize(on_idle), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(idle), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(busy), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(cuEventQuery(after_wait), CUDA_ERROR_NOT_READY);
+  // The event recorded again on the idle stream: the queued wait still holds
+  // the record it was made for.
+  ASSERT_EQ(cuEventRecord(behind, idle), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventSynchronize(behind), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(after_wait), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(cuStreamSynchronize(waiting), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(busy), CUDA_SUCCESS);
+  for (CUevent e : {behind, on_idle, after_wait}) ASSERT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  for (CUstream s : {busy, idle, waiting}) ASSERT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
 TEST_F(Api, LaunchValidatesItsArguments) {
   uint64_t ns = 1;
   void* params[] = {&ns};

@@ -41,8 +41,8 @@ class EngineTest : public ::testing::Test {
     EXPECT_GE(c, 0);
     return c;
   }
-  uint64_t kernel(int32_t ctx, uint64_t ns, uint64_t at = kT0) {
-    return enqueue(s(), ctx, ItemKind::kernel, ns, -1, 0, kQueueCap, at);
+  uint64_t kernel(int32_t ctx, uint64_t ns, uint64_t at = kT0, Lane lane = {}) {
+    return enqueue(s(), ctx, ItemKind::kernel, ns, -1, 0, kQueueCap, at, lane);
   }
   // A new event slot; *first (if asked) the ticket its records start after.
   int32_t event(int32_t proc, uint64_t* first = nullptr) {
@@ -52,8 +52,8 @@ class EngineTest : public ::testing::Test {
     if (first) *first = base;
     return e;
   }
-  void marker(int32_t ctx, int32_t e, uint64_t ticket, uint64_t at = kT0) {
-    enqueue(s(), ctx, ItemKind::marker, 0, e, ticket, kQueueCap, at);
+  uint64_t marker(int32_t ctx, int32_t e, uint64_t ticket, uint64_t at = kT0, Lane lane = {}) {
+    return enqueue(s(), ctx, ItemKind::marker, 0, e, ticket, kQueueCap, at, lane);
   }
   std::unique_ptr<SharedState> state_;
 };
@@ -62,10 +62,11 @@ TEST_F(EngineTest, LoneContextRunsBackToBack) {
   int32_t a = context(0);
   for (int i = 0; i < 10; ++i) kernel(a, kMs);
   advance_all(s(), kT0 + 5 * kMs);
-  EXPECT_EQ(s().contexts[a].completed_seq, 5u);
+  EXPECT_TRUE(context_done_through(s(), a, 5));
+  EXPECT_FALSE(context_done_through(s(), a, 6));
   EXPECT_EQ(s().devices[0].busy_ns, 5 * kMs);
   advance_all(s(), kT0 + 50 * kMs);
-  EXPECT_EQ(s().contexts[a].completed_seq, 10u);
+  EXPECT_TRUE(context_done_through(s(), a, 10));
   EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
   EXPECT_EQ(s().procs[0].busy[0], 10 * kMs);
 }
@@ -74,7 +75,7 @@ TEST_F(EngineTest, LoneLongKernelIsNotPreempted) {
   int32_t a = context(0);
   kernel(a, 10 * kMs);
   advance_all(s(), kT0 + 10 * kMs);
-  EXPECT_EQ(s().contexts[a].completed_seq, 1u);
+  EXPECT_TRUE(context_done_through(s(), a, 1));
   EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
 }
 
@@ -157,6 +158,158 @@ TEST_F(EngineTest, EventMarkersCompleteInStreamOrder) {
   EXPECT_EQ(s().events[e2].completed, 0u);
   advance_all(s(), kT0 + 10 * kMs);
   EXPECT_EQ(s().events[e2].time_ns, kT0 + 5 * kMs);
+}
+
+constexpr Lane kLegacy{0, LaneOrder::legacy};
+constexpr Lane kBlocking1{1, LaneOrder::blocking};
+constexpr Lane kBlocking2{2, LaneOrder::blocking};
+constexpr Lane kNonBlocking{3, LaneOrder::non_blocking};
+
+// Streams run side by side: an event recorded on an idle stream completes
+// while another stream's kernel still runs (one context's FIFO would hold it
+// back, hiding code that records on one stream to cover another's work).
+TEST_F(EngineTest, AnIdleStreamsEventDoesNotWaitForAnotherStream) {
+  int32_t a = context(0);
+  int32_t e = event(0);
+  const uint64_t long_kernel = kernel(a, 10 * kMs, kT0, kBlocking1);
+  const uint64_t record = marker(a, e, 1, kT0, kBlocking2);
+  advance_all(s(), kT0 + kMs);
+  EXPECT_EQ(s().events[e].completed, 1u);
+  EXPECT_EQ(s().events[e].time_ns, kT0);
+  EXPECT_TRUE(lane_done_through(s(), a, kBlocking2.id, record));
+  EXPECT_FALSE(lane_done_through(s(), a, kBlocking1.id, long_kernel));
+  EXPECT_FALSE(context_done_through(s(), a, record));
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_TRUE(context_done_through(s(), a, record));
+  EXPECT_EQ(s().contexts[a].last_done_ns, kT0 + 10 * kMs);
+}
+
+// Kernels of two streams share the engine: each runs at half speed while
+// both run, and the device is busy for the sum of their durations.
+TEST_F(EngineTest, KernelsOfTwoStreamsShareTheEngine) {
+  int32_t a = context(0);
+  int32_t first = event(0), second = event(0), third = event(0);
+  kernel(a, 2 * kMs, kT0, kBlocking1);
+  marker(a, first, 1, kT0, kBlocking1);
+  kernel(a, 3 * kMs, kT0, kBlocking2);
+  marker(a, second, 1, kT0, kBlocking2);
+  kernel(a, 1 * kMs, kT0, kBlocking1);
+  marker(a, third, 1, kT0, kBlocking1);
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().events[first].time_ns, kT0 + 4 * kMs);
+  EXPECT_EQ(s().events[second].time_ns, kT0 + 6 * kMs);
+  EXPECT_EQ(s().events[third].time_ns, kT0 + 6 * kMs);
+  EXPECT_EQ(s().devices[0].busy_ns, 6 * kMs);
+  EXPECT_EQ(s().procs[0].busy[0], 6 * kMs);
+}
+
+// A short kernel beside a long one on another stream ends long before it:
+// a record after the short one must not be taken to cover the long one.
+TEST_F(EngineTest, AShortKernelBesideALongOneOnAnotherStreamEndsFirst) {
+  int32_t a = context(0);
+  int32_t after_short = event(0), after_long = event(0);
+  kernel(a, 100 * kMs, kT0, kBlocking1);
+  marker(a, after_long, 1, kT0, kBlocking1);
+  kernel(a, kMs, kT0, kBlocking2);
+  marker(a, after_short, 1, kT0, kBlocking2);
+  advance_all(s(), kT0 + 3 * kMs);
+  EXPECT_EQ(s().events[after_short].time_ns, kT0 + 2 * kMs);
+  EXPECT_EQ(s().events[after_long].completed, 0u);
+  advance_all(s(), kT0 + 200 * kMs);
+  EXPECT_EQ(s().events[after_long].time_ns, kT0 + 101 * kMs);
+}
+
+// At most kConcurrentStreams kernels run at once; the next waits for one to end.
+TEST_F(EngineTest, AtMostTheHardwareQueuesRunSideBySide) {
+  int32_t a = context(0);
+  std::vector<int32_t> done;
+  for (uint64_t i = 0; i <= kConcurrentStreams; ++i) {
+    kernel(a, kMs, kT0, Lane{10 + i, LaneOrder::non_blocking});
+    done.push_back(event(0));
+    marker(a, done.back(), 1, kT0, Lane{10 + i, LaneOrder::non_blocking});
+  }
+  advance_all(s(), kT0 + 20 * kMs);
+  for (uint32_t i = 0; i < kConcurrentStreams; ++i)
+    EXPECT_EQ(s().events[done[i]].time_ns, kT0 + kConcurrentStreams * kMs);
+  EXPECT_EQ(s().events[done.back()].time_ns, kT0 + (kConcurrentStreams + 1) * kMs);
+}
+
+TEST_F(EngineTest, AWaitBlocksOnlyItsOwnStream) {
+  int32_t a = context(0);
+  int32_t never = event(0), done = event(0);
+  enqueue(s(), a, ItemKind::wait_event, 0, never, 1, kQueueCap, kT0, kBlocking1);
+  const uint64_t blocked = kernel(a, kMs, kT0, kBlocking1);
+  kernel(a, kMs, kT0, kBlocking2);
+  marker(a, done, 1, kT0, kBlocking2);
+  advance_all(s(), kT0 + 10 * kMs);
+  EXPECT_EQ(s().events[done].time_ns, kT0 + kMs);
+  EXPECT_FALSE(lane_done_through(s(), a, kBlocking1.id, blocked));
+  EXPECT_EQ(s().contexts[a].count, 2u);
+}
+
+// "When an action is taken in the legacy stream ..., the legacy stream first
+// waits on all blocking streams, the action is queued in the legacy stream,
+// and then all blocking streams wait on the legacy stream"; non-blocking
+// streams are left out of both.
+TEST_F(EngineTest, TheLegacyStreamWaitsForEarlierBlockingWork) {
+  int32_t a = context(0);
+  int32_t on_legacy = event(0), on_non_blocking = event(0);
+  kernel(a, 5 * kMs, kT0, kBlocking1);
+  kernel(a, 7 * kMs, kT0, kNonBlocking);
+  marker(a, on_legacy, 1, kT0, kLegacy);
+  marker(a, on_non_blocking, 1, kT0, kNonBlocking);
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().events[on_legacy].time_ns, kT0 + 10 * kMs);  // both at half speed meanwhile
+  EXPECT_EQ(s().events[on_non_blocking].time_ns, kT0 + 12 * kMs);
+}
+
+TEST_F(EngineTest, BlockingStreamsWaitForEarlierLegacyWork) {
+  int32_t a = context(0);
+  int32_t on_blocking = event(0), on_non_blocking = event(0);
+  kernel(a, 5 * kMs, kT0, kLegacy);
+  marker(a, on_blocking, 1, kT0, kBlocking1);
+  marker(a, on_non_blocking, 1, kT0, kNonBlocking);
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().events[on_blocking].time_ns, kT0 + 5 * kMs);
+  EXPECT_EQ(s().events[on_non_blocking].time_ns, kT0);
+}
+
+// A wait holds the record made before it, whatever the event records next:
+// a later record on an idle stream completes first and must not let it go.
+TEST_F(EngineTest, AWaitIsNotLetGoByALaterRecordOfItsEvent) {
+  int32_t a = context(0);
+  int32_t e = event(0), after_wait = event(0);
+  kernel(a, 10 * kMs, kT0, kBlocking1);
+  marker(a, e, 1, kT0, kBlocking1);
+  enqueue(s(), a, ItemKind::wait_event, 0, e, 1, kQueueCap, kT0, kNonBlocking);
+  marker(a, after_wait, 1, kT0, kNonBlocking);
+  marker(a, e, 2, kT0, kBlocking2);  // the event is recorded again, on an idle stream
+  advance_all(s(), kT0 + kMs);
+  EXPECT_TRUE(record_completed(s().events[e], 2));
+  EXPECT_FALSE(record_completed(s().events[e], 1));
+  EXPECT_EQ(s().events[after_wait].completed, 0u);
+  advance_all(s(), kT0 + 20 * kMs);
+  EXPECT_EQ(s().events[after_wait].time_ns, kT0 + 10 * kMs);
+  EXPECT_TRUE(record_completed(s().events[e], 1));
+}
+
+// More records of one event queued at once than are kept apart: the oldest,
+// no longer kept, counts as completed once a later one did (a wait on it is
+// let go early, never held for good).
+TEST_F(EngineTest, ARecordNoLongerKeptCompletesWithALaterOne) {
+  int32_t a = context(0);
+  int32_t e = event(0);
+  kernel(a, 100 * kMs, kT0, kBlocking1);
+  marker(a, e, 1, kT0, kBlocking1);
+  for (uint64_t t = 2; t <= kEventPendingRecords + 1; ++t) {  // one more than kept
+    kernel(a, kMs, kT0, kBlocking2);
+    marker(a, e, t, kT0, kBlocking2);
+  }
+  advance_all(s(), kT0 + kMs);
+  EXPECT_FALSE(record_completed(s().events[e], 2));
+  advance_all(s(), kT0 + 40 * kMs);  // the short kernels ran at half speed beside the long one
+  EXPECT_TRUE(record_completed(s().events[e], kEventPendingRecords + 1));
+  EXPECT_TRUE(record_completed(s().events[e], 1));  // no longer kept
 }
 
 TEST_F(EngineTest, WaitEventBlocksAnotherContext) {

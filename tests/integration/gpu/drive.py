@@ -253,7 +253,7 @@ def scenario_budget(args):
 
 
 ALL_IDS = ["1", "2a", "2b", "2c", "2d", "2e", "2f", "3", "3b", "4", "10", "5", "6", "7", "8", "11",
-           "12", "9"]
+           "12", "13", "9"]
 
 
 def main():
@@ -282,7 +282,7 @@ def main():
         elif args.scenario == "sampling":
             scenario_checks(args, ["10"], must_pass=["10"])
         elif args.scenario == "shim_probes":
-            scenario_checks(args, ["11", "12"], must_pass=["11", "12"])
+            scenario_checks(args, ["11", "12", "13"], must_pass=["11", "12", "13"])
         elif args.scenario == "unavailable":
             scenario_unavailable(args)
         elif args.scenario == "interrupt":

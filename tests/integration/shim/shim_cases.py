@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
 import cushare_regions as cr  # noqa: E402
 import cushare_test as ct  # noqa: E402
+import drain_marks  # noqa: E402
 import cushare_timing as tm  # noqa: E402
 
 GI = 1 << 30
@@ -579,6 +580,57 @@ def case_capture_neighbour(h):
                                           f"{out['launches']}")
 
 
+def drain_never_early(name, out, samples, err):
+    """No drain mark sampled before the long kernel could have ended may
+    reach its submission."""
+    early = drain_marks.early_marks(out, samples)
+    check(len(samples) > 100, f"{name}: {len(samples)} samples of the drain mark")
+    check(not early, f"{name}: the drain mark passed the long kernel's submission "
+                     f"{(early[0][0] - out['long_after_ns']) / 1e6:.1f} ms after it, "
+                     f"{(out['long_before_ns'] + out['long_us'] * 1000 - early[0][0]) / 1e6:.1f} "
+                     f"ms before it could end ({len(early)} of {len(samples)} samples): {err}"
+          if early else "")
+
+
+def case_stream_cover(h):
+    """A long kernel on one stream, then short ones synchronised on another,
+    then a wait for the long one: the GPU runs them side by side (fakegpu
+    too), and the short ones end first.
+    - The gate must not publish the long kernel's work as drained (a drain
+      mark at or past its submission) before it can have ended: the
+      scheduler would hand the GPU on while it runs. Two short kernels,
+      streams of each kind, burst and capped. A batch's record on the last
+      launch's stream alone fails it.
+    - Nor hold the short ones until the long one ends (the oldest batch
+      covers both streams, and its long run would read as a long queue): 200
+      short kernels beside a 2 s one must all be done while it runs. Without
+      the gate's look at the launching stream they waited the 2 s out."""
+    variants = (("non-blocking", "non-blocking"), ("non-blocking", "legacy"),
+                ("legacy", "non-blocking"), ("blocking", "non-blocking"))
+    modes = (("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
+             ("capped50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"}))
+    for long_stream, short_stream in variants:
+        for mode_name, mode in modes:
+            name = f"{mode_name}-{long_stream}-{short_stream}"
+            cmd = [h.a.cover_probe, "--long-us", "400000", "--long-stream", long_stream,
+                   "--short-stream", short_stream]
+            with drain_marks.DrainSampler(os.path.join(h.tmp, name)) as sampler:
+                out, err, _ = run_in_own_folder(h, name, cmd, mode, timeout=60)
+            check(out["long_pending_after_short"],
+                  f"{name}: the long kernel ended before the short ones: this proves nothing")
+            drain_never_early(name, out, sampler.samples, err)
+    for mode_name, mode in modes:
+        name = f"{mode_name}-beside"
+        cmd = [h.a.cover_probe, "--long-us", "2000000", "--short-launches", "200",
+               "--sync-every", "8"]
+        with drain_marks.DrainSampler(os.path.join(h.tmp, name)) as sampler:
+            out, err, _ = run_in_own_folder(h, name, cmd, mode, timeout=60)
+        check(out["long_pending_after_short"],
+              f"{name}: 200 short kernels beside a 2 s one took "
+              f"{out['short_phase_ns'] / 1e6:.0f} ms: held until it ended")
+        drain_never_early(name, out, sampler.samples, err)
+
+
 def case_oom_backtrace(h):
     """CUSHARE_OOM_BACKTRACE=1 adds the call site to the OOM line."""
     extra = dict(QUOTA)
@@ -984,6 +1036,7 @@ CASES = {
     "stream_churn": case_stream_churn,
     "context_end": case_context_end,
     "capture_neighbour": case_capture_neighbour,
+    "stream_cover": case_stream_cover,
     "oom_backtrace": case_oom_backtrace,
     "nvml": case_nvml,
     "nvml_first": case_nvml_first,
@@ -1020,6 +1073,7 @@ def main(cases=None, options=None, prefix="cushare-shim-"):
         ap.add_argument("--share-probe")
         ap.add_argument("--end-probe")
         ap.add_argument("--capture-probe")
+        ap.add_argument("--cover-probe")
         ap.add_argument("--interposer", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

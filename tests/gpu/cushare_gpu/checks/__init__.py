@@ -4,7 +4,8 @@ the function run(suite, result, deadline)."""
 
 from collections import namedtuple
 
-from . import capture_neighbour, context_end, graphs, lookups, memory, overhead, robustness, sampling, smi, timeshare
+from . import (capture_neighbour, context_end, graphs, lookups, memory, overhead, robustness, sampling,
+               smi, stream_cover, timeshare)
 
 Check = namedtuple("Check", "id title budget_s needs_daemon run")
 
@@ -31,6 +32,8 @@ CHECKS = [
           context_end.run),
     Check("12", "a global-mode capture beside another thread's held launches", 40, False,
           capture_neighbour.run),
+    Check("13", "a long kernel on one stream beside short ones on another", 40, False,
+          stream_cover.run),
     Check("9", "the CUDA runtime's driver lookups (PyTorch, traced by the shim)", 100, False,
           lookups.run),
 ]

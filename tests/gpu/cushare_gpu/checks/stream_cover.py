@@ -1,0 +1,67 @@
+"""Check 13: a long kernel on one stream beside short ones on another. A GPU
+runs a process's streams side by side, and the launch gate's batches cover
+every stream they went to (a join stream waits for each), so:
+- on the driver alone, whether the short kernels end while the long one runs
+  (the fact both checks below rest on; fakegpu: yes);
+- under the shim, burst and capped at 50, the allocation's drain mark,
+  sampled every 0.5 ms, never reaches the long kernel's submission before it
+  can have ended (a 400 ms kernel, then two short ones synchronised);
+- and 200 short kernels beside a 2 s one are not held at the gate until it
+  ends (a launch whose stream has nothing queued goes beside a batch over
+  several streams).
+The stream_cover_probe of ctest shim.stream_cover."""
+
+import os
+
+import drain_marks
+
+from ..procs import Deadline
+from ..report import CheckResult
+from ..suite_context import Suite
+from .common import run_json_probe
+
+MODES = [("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
+         ("capped 50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"})]
+BESIDE = ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8"]
+
+
+def probe_path(suite: Suite) -> str:
+    return os.path.join(suite.build_dir, "bin", "stream_cover_probe")
+
+
+def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
+    if not os.path.exists(probe_path(suite)):
+        r.skip(f"not built: {probe_path(suite)} (target stream_cover_probe; "
+               "pack_build.sh packs it)")
+        return
+    alone = run_json_probe(suite, d, "cover-driver", [probe_path(suite), *BESIDE],
+                           suite.tenant_env(None, shim=False), 30.0)
+    r.details["driver_alone"] = alone
+    side_by_side = alone["out"].get("long_pending_after_short")
+    r.measure("the driver alone: 200 short kernels end while a 2 s one runs on another stream",
+              "a fact of the driver (fakegpu: yes)",
+              f"{side_by_side}, {alone['out'].get('short_phase_ns', 0) / 1e6:.0f} ms", None,
+              note="" if alone["rc"] == 0 else alone["tail"])
+    for name, mode in MODES:
+        tag = name.replace(" ", "")
+        for what, args in (("cover", ["--long-us", "400000"]), ("beside", BESIDE)):
+            folder = suite.alloc_dir(suite.node_run_dir(f"cover-{what}-{tag}"), "a")
+            with drain_marks.DrainSampler(folder) as sampler:
+                shimmed = run_json_probe(suite, d, f"cover-{what}-{tag}",
+                                         [probe_path(suite), *args],
+                                         suite.tenant_env(folder, extra=mode), 30.0)
+            out = shimmed["out"]
+            r.details[f"{what} {name}"] = {**shimmed, "samples": len(sampler.samples)}
+            early = len(drain_marks.early_marks(out, sampler.samples)) if out else 0
+            r.measure(f"{name}, {what}: drain marks past the long kernel's submission before it "
+                      f"could end", f"0 of >= 100 samples",
+                      f"{early} of {len(sampler.samples)} (exit {shimmed['rc']})",
+                      shimmed["rc"] == 0 and bool(out) and len(sampler.samples) >= 100
+                      and early == 0)
+            if what == "beside":
+                pending = out.get("long_pending_after_short")
+                r.measure(f"{name}: 200 short kernels beside a 2 s one not held until it ends",
+                          "ended while it ran, as on the driver alone",
+                          f"{pending}, {out.get('short_phase_ns', 0) / 1e6:.0f} ms",
+                          None if not side_by_side else bool(pending),
+                          note="" if side_by_side else "the driver ran them one after another")

@@ -201,6 +201,11 @@ enum class GateStep {
 struct GateAction {
   GateStep step = GateStep::kGo;
   std::uint64_t ns = 0;
+  // kWaitForProgress of the queue bound (not the duty cycle's own launch
+  // first), with room in the lease (or window) for one launch: one whose
+  // stream has nothing queued may start beside the queue instead
+  // (docs/scheduler.md, "A long kernel on another stream").
+  bool beside = false;
   bool operator==(const GateAction&) const = default;
 };
 
@@ -251,7 +256,9 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
   }
   // Holding the lease (or a window): enough queued means some of it must finish first.
   if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, go_ns};
-  return {GateStep::kWaitForProgress, queue_excess(s.now, expiry, s.queued_ns, s.horizon_ns)};
+  return {.step = GateStep::kWaitForProgress,
+          .ns = queue_excess(s.now, expiry, s.queued_ns, s.horizon_ns),
+          .beside = s.now + std::max<std::uint64_t>(s.per_launch_ns, 1) < expiry};
 }
 
 }  // namespace cushare::shim::gate

@@ -906,14 +906,19 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
 // ended, though they would run beside it (and a kernel that waits for work
 // launched later on another stream would never end). A launch whose stream
 // has nothing queued starts at once beside it: it goes.
+bool GpuTracker::oldest_covers_streams_locked() const noexcept {
+  return !batches_.empty() && batches_.front().several_streams;
+}
+
 bool GpuTracker::idle_beside_oldest_locked(CUstream stream) noexcept {
-  if (batches_.empty() || !batches_.front().several_streams) return false;
-  if (stream_is_capturing(stream)) return false;
+  if (!oldest_covers_streams_locked()) return false;
+  // A legacy-stream launch queues behind the blocking streams' work.
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream_is_capturing(stream)) return false;
   const RelaxedCaptureMode relaxed(captures_active());
   return real().cuStreamQuery(stream) == CUDA_SUCCESS;
 }
 
-bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns, bool beside,
                                    shm::GpuUsage& usage) noexcept {
   if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
     // Wait about as long as the GPU needs to get below the horizon, so the
@@ -924,8 +929,8 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
       if (has_tail() && !stream_is_capturing(stream)) {
         record_locked(stream, shm::monotonic_ns(), &usage);
       }
-      if (idle_beside_oldest_locked(stream)) return true;
-      several = !batches_.empty() && batches_.front().several_streams;
+      if (beside && idle_beside_oldest_locked(stream)) return true;
+      several = beside && oldest_covers_streams_locked();
     }
     ensure_poller(usage);
     // The poller may not have run since the GPU finished a batch (at normal
@@ -941,10 +946,12 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     publish_expected_drain(shm::monotonic_ns(), usage);
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
-    // Behind a batch over several streams, after about one launch: this
-    // stream may be done long before that batch is.
+    // Behind a batch over several streams, after about one launch (at least
+    // kBesidePollNs): this stream may be done long before that batch is.
     std::uint64_t wait = excess_ns;
-    if (several) wait = std::min(wait, per_launch_ns_.load(std::memory_order_relaxed));
+    if (several)
+      wait =
+          std::min(wait, std::max(per_launch_ns_.load(std::memory_order_relaxed), kBesidePollNs));
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
     shm::futex_wait(progress_word_, seen, std::clamp<std::uint64_t>(wait, 20'000, 2'000'000));
     progress_waiters_.fetch_sub(1, std::memory_order_acq_rel);
@@ -957,8 +964,8 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
-    if (idle_beside_oldest_locked(stream)) return true;
-    several = !batches_.empty() && batches_.front().several_streams;
+    if (beside && idle_beside_oldest_locked(stream)) return true;
+    several = beside && oldest_covers_streams_locked();
     // Not while a context's end waits for the waits to be over. Not a batch
     // over several streams either: this stream may be done long before it.
     if (!batches_.empty() && ending_ == 0 && !several) {
@@ -970,7 +977,7 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
   if (!ev) {
     // Only work queued into a capture (or record failed): nothing to wait
     // on. Or the oldest batch covers several streams: a look again soon.
-    timespec ts{.tv_sec = 0, .tv_nsec = several ? 50'000 : 200'000};
+    timespec ts{.tv_sec = 0, .tv_nsec = several ? static_cast<long>(kBesidePollNs) : 200'000};
     nanosleep(&ts, nullptr);
     return false;
   }

@@ -36,6 +36,10 @@ inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per 
 // A batch of fewer launches over less than kRecordIntervalNs is mostly
 // measurement error (GpuTracker::complete_front_locked).
 inline constexpr std::uint64_t kSignificantBatch = 32;
+// A launch held behind a batch over several streams looks at its own stream
+// again after about one launch, and at least this long (tiny kernels would
+// wake it tens of thousands of times a second).
+inline constexpr std::uint64_t kBesidePollNs = 200'000;
 
 struct Batch {
   CUevent event = nullptr;
@@ -157,10 +161,12 @@ class GpuTracker {
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
-  // Returns true where the launch goes now whatever the estimate: the
-  // oldest batch covers several streams and `stream` has nothing queued
-  // (docs/scheduler.md, "A long kernel on another stream").
-  [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+  // `beside`: the gate lets a launch whose stream has nothing queued go
+  // (GateAction::beside). Returns true where it goes now, whatever the
+  // estimate: the oldest batch covers several streams and `stream` (not the
+  // legacy stream, whose work waits for the blocking streams') has nothing
+  // queued (docs/scheduler.md, "A long kernel on another stream").
+  [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns, bool beside,
                                        shm::GpuUsage& usage) noexcept;
 
   // The application destroys `stream`: work of the batch on it is recorded
@@ -242,8 +248,10 @@ class GpuTracker {
   // context's end waits for it to return before the driver destroys the
   // event (ContextEnding).
   CUresult wait_for_event(CUevent ev) noexcept;
-  // Whether the oldest batch covers several streams while `stream` has
-  // nothing queued (a query of it, in the relaxed mode during a capture).
+  // Whether the oldest batch covers several streams.
+  bool oldest_covers_streams_locked() const noexcept;
+  // Whether it does while `stream` has nothing queued (a query of it, in
+  // the relaxed mode during a capture).
   bool idle_beside_oldest_locked(CUstream stream) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;

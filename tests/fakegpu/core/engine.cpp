@@ -282,18 +282,63 @@ bool lane_done_through(const SharedState& s, int32_t ctx, uint64_t lane, uint64_
   return true;
 }
 
+namespace {
+
+// The work queued on `lane` of a context up to and including item `seq`.
+uint64_t lane_work_through(const ContextSlot& c, uint64_t lane, uint64_t seq) {
+  uint64_t work = 0;
+  for (uint32_t i = 0; i < c.count; ++i) {
+    const WorkItem& item = item_at(c, i);
+    if (item.seq > seq) break;
+    if (item.lane == lane) work += item.remaining_ns;
+  }
+  return work;
+}
+
+// A lower bound on how long a wait item stays blocked: its record's
+// stream's work up to the record where that is in this context, nothing once
+// the record completed, and otherwise (another context's record, a host
+// callback) unknown.
+bool wait_bound(const SharedState& s, const ContextSlot& c, const WorkItem& wait, uint64_t* ns) {
+  const EventSlot& e = s.events[wait.slot];
+  if (wait.kind == ItemKind::wait_event) {
+    if (e.state == SlotState::free || record_completed(e, wait.ticket)) {
+      *ns = 0;
+      return true;
+    }
+    for (uint32_t i = 0; i < c.count; ++i) {
+      const WorkItem& item = item_at(c, i);
+      if (item.kind == ItemKind::marker && item.slot == wait.slot && item.ticket == wait.ticket) {
+        *ns = lane_work_through(c, item.lane, item.seq);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now,
                       const uint64_t* lane) {
   const ContextSlot& c = s.contexts[ctx];
   const DeviceSlot& d = s.devices[c.device];
   uint64_t own = 0;
+  uint64_t waits = 0;  // the longest known bound of a wait on the way
   bool blocked = false;
   for (uint32_t i = 0; i < c.count; ++i) {
     const WorkItem& item = item_at(c, i);
     if (item.seq > seq) break;
     if (lane && item.lane != *lane) continue;
     own += item.remaining_ns;
-    blocked |= item.kind == ItemKind::wait_event || item.kind == ItemKind::host_fn;
+    if (item.kind == ItemKind::wait_event || item.kind == ItemKind::host_fn) {
+      uint64_t bound = 0;
+      if (wait_bound(s, c, item, &bound)) {
+        waits = std::max(waits, bound);
+      } else {
+        blocked = true;
+      }
+    }
   }
   uint64_t before = 0;
   if (d.running >= 0 && d.running != ctx) {
@@ -303,7 +348,7 @@ uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t 
     const uint64_t slice_end = d.slice_start_ns + s.header.timeslice_ns;
     before = std::min(theirs, slice_end > now ? slice_end - now : 0);
   }
-  uint64_t hint = own + before;
+  uint64_t hint = std::max(own, waits) + before;
   if (blocked) hint = std::max<uint64_t>(hint, 100'000);
   return hint;
 }

@@ -111,7 +111,7 @@ struct ProcSlot {
 // Records of one event queued at once that are kept apart: streams complete
 // them out of order, and a wait on an earlier record must not be let go by a
 // later one's completion.
-inline constexpr uint32_t kEventPendingRecords = 16;
+inline constexpr uint32_t kEventPendingRecords = 64;
 
 struct EventSlot {
   SlotState state;

@@ -285,7 +285,8 @@ CUresult wait_for(Context* ctx, uint64_t seq, const Stream* stream) {
 
 CUresult wait_host_reached(Context* ctx, const Stream* stream, uint64_t seq, int32_t slot,
                            uint64_t ticket) {
-  return sleep_until_done(ctx, seq, &stream->id,
+  // Reached once the items before it on its stream completed: the hint is theirs.
+  return sleep_until_done(ctx, seq - 1, &stream->id,
                           [&](const SharedState& s) { return s.events[slot].reached >= ticket; });
 }
 

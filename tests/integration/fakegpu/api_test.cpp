@@ -234,12 +234,12 @@ TEST_F(Api, EventsMeasureSimulatedKernelTime) {
 }
 
 // A context's streams run side by side: an idle stream's record completes at
-// once while another stream's kernel runs, and a stream that waits on that
+// once while another stream's 1 s kernel runs, and a stream that waits on that
 // kernel's event (the same context) waits for it, while the other does not.
 TEST_F(Api, StreamsOfOneContextRunSideBySideAndWaitOnEachOther) {
   CUstream busy = nullptr, idle = nullptr, waiting = nullptr;
   CUevent behind = nullptr, on_idle = nullptr, after_wait = nullptr;
-  record_behind_kernel(200'000'000, &busy, &behind);
+  record_behind_kernel(1'000'000'000, &busy, &behind);
   ASSERT_EQ(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamCreate(&waiting, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   ASSERT_EQ(cuEventCreate(&on_idle, 0), CUDA_SUCCESS);

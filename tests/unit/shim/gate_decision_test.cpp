@@ -25,8 +25,10 @@ constexpr GateAction kGo{GateStep::kGo, 0};
 // Without a daemon a go stands for four horizons (the fast path's local lease).
 constexpr GateAction kLocalGo{GateStep::kGo, kLocalLeaseHorizons* kQueueHorizonNs};
 
-GateAction progress(std::uint64_t ns) {
-  return {GateStep::kWaitForProgress, ns};
+// The queue bound's wait: with room left for one launch, one whose stream
+// has nothing queued may start beside the queue.
+GateAction progress(std::uint64_t ns, bool beside = true) {
+  return {GateStep::kWaitForProgress, ns, beside};
 }
 
 TEST(GateDecision, HoldingTheLeaseWithNothingQueuedGoes) {
@@ -82,6 +84,20 @@ TEST(GateDecision, AQueueRunningPastTheLeaseWaitsUntilItEndsInside) {
   s.lease_expiry_ns = kNow + kMs;
   s.queued_ns = 1'500'000;  // within the horizon, but 0.5 ms past the lease
   EXPECT_EQ(decide_gate(s), progress(500'001));
+}
+
+// A launch may go beside the queue (its stream idle behind a batch over
+// several streams) only where one launch still fits the lease.
+TEST(GateDecision, BesideTheQueueOnlyWithRoomForOneLaunchInTheLease) {
+  GateSnapshot s = holding();
+  s.queued_ns = kHorizon + 300'000;
+  s.per_launch_ns = kMs;
+  EXPECT_EQ(decide_gate(s), progress(300'000, true));
+  s.queued_ns = 1'500'000;         // past the lease's end below
+  s.lease_expiry_ns = kNow + kMs;  // one launch would end at the expiry
+  EXPECT_EQ(decide_gate(s), progress(500'001, false));
+  s.lease_expiry_ns = kNow + kMs + 1;
+  EXPECT_EQ(decide_gate(s), progress(500'000, true));
 }
 
 TEST(GateDecision, TheLargerOfTheTwoExcessesCounts) {
@@ -232,10 +248,12 @@ TEST(GateDecision, OutOfItsSlotAnAllocationBorrowsOneLaunchAtATimeWhileTheOthers
   GateSnapshot s = out_of_slot(20 * kMs, Neighbours::kIdle);
   EXPECT_TRUE(duty_cycle_may_borrow(s));
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kBorrow, 0}));  // this launch only
-  s.queued_ns = kMs / 2;  // its launch still runs: let it finish first
-  EXPECT_EQ(decide_gate(s), progress(kMs / 2));
+  // Its launch still runs: let it finish first. Out of its slot, nothing
+  // goes beside it (the slot is another allocation's).
+  s.queued_ns = kMs / 2;
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2, false));
   s.duty.neighbours = Neighbours::kNone;  // not read while it runs: still a wait for it
-  EXPECT_EQ(decide_gate(s), progress(kMs / 2));
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2, false));
   s.queued_ns = 0;
   s.duty.neighbours = Neighbours::kBusy;  // the slot's owner is back: look again soon
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kBorrowPollNs}));

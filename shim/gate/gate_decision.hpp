@@ -203,9 +203,12 @@ struct GateAction {
   std::uint64_t ns = 0;
   // kWaitForProgress of the queue bound (not the duty cycle's own launch
   // first), with room in the lease (or window) for one launch: one whose
-  // stream has nothing queued may start beside the queue instead
-  // (docs/scheduler.md, "A long kernel on another stream").
-  bool beside = false;
+  // stream has nothing queued may start beside the queue instead, and one
+  // whose stream caught up with a batch over several streams may keep this
+  // much of its own work queued, itself included: the horizon, within what
+  // is left of the lease (docs/scheduler.md, "A long kernel on another
+  // stream"). 0: not beside.
+  std::uint64_t beside_ns = 0;
   bool operator==(const GateAction&) const = default;
 };
 
@@ -258,7 +261,9 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
   if (queue_allows(s.now, expiry, s.queued_ns, s.horizon_ns)) return {GateStep::kGo, go_ns};
   return {.step = GateStep::kWaitForProgress,
           .ns = queue_excess(s.now, expiry, s.queued_ns, s.horizon_ns),
-          .beside = s.now + std::max<std::uint64_t>(s.per_launch_ns, 1) < expiry};
+          .beside_ns = s.now + std::max<std::uint64_t>(s.per_launch_ns, 1) < expiry
+                           ? std::min(s.horizon_ns, expiry - s.now)
+                           : 0};
 }
 
 }  // namespace cushare::shim::gate

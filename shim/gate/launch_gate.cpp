@@ -307,10 +307,10 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     demand.count();
     switch (action.step) {
       case GateStep::kWaitForProgress:
-        // Its stream idle beside a batch over several streams: it starts at
-        // once, whatever the estimate says of the others (the queue bound
-        // only, with room for it in the lease).
-        if (tr.wait_for_progress(stream, action.ns, action.beside, gu)) {
+        // Its stream idle, or short, beside a batch over several streams:
+        // it starts at once, whatever the estimate says of the others (the
+        // queue bound only, with room for it in the lease).
+        if (tr.wait_for_progress(stream, action.ns, action.beside_ns, gu)) {
           g_local_expiry[gpu].store(0, std::memory_order_relaxed);
           go = true;
         }

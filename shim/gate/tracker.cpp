@@ -10,6 +10,7 @@
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/memory_quiescence.hpp"
 #include "shim/driver/real_driver.hpp"
+#include "shim/gate/beside_queue.hpp"
 #include "shim/gate/clock.hpp"
 #include "shim/gate/launch_gate.hpp"
 #include "shim/gate/spell_wait.hpp"
@@ -438,7 +439,11 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
                       .end_count = end,
                       .first_submit_ns = first,
                       .last_submit_ns = tail_last_ns_.load(std::memory_order_relaxed),
-                      .several_streams = joined});
+                      .several_streams = joined,
+                      .launches = end - recorded_count_.load(std::memory_order_relaxed),
+                      .stream = joined                      ? BatchStreams::none()
+                                : on[0] == CU_STREAM_LEGACY ? nullptr
+                                                            : on[0]});
   if (batches_.size() == 1) {
     oldest_batch_end_.store(end, std::memory_order_relaxed);
     oldest_batch_ns_.store(first, std::memory_order_release);
@@ -806,34 +811,47 @@ bool GpuTracker::settle_idle_locked() noexcept {
   return pending_launches() == 0;
 }
 
+void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns,
+                                          shm::GpuUsage& usage) noexcept {
+  // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
+  // kernels that take next to no GPU time (more launches than
+  // nanoseconds in a batch) must not look unmeasured for ever.
+  const std::uint64_t sample = std::max<std::uint64_t>(span_ns / launches, 1);
+  const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
+  const bool significant = launches >= kSignificantBatch || span_ns >= kRecordIntervalNs;
+  // Published at every batch that may move it: an allocation's processes
+  // publish theirs in turn (the daemon looks for short kernels among them).
+  if (old == 0 || significant || sample < old) {
+    const std::uint64_t per = next_per_launch_ns(old, sample, significant);
+    per_launch_ns_.store(per, std::memory_order_relaxed);
+    usage.per_launch_us.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                  (per + 999) / 1000, std::numeric_limits<std::uint32_t>::max())),
+                              std::memory_order_relaxed);
+  }
+}
+
 void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
                                        shm::GpuUsage& usage) noexcept {
   if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
   const Batch done = batches_.front();
   batches_.pop_front();
-  const std::uint64_t now = completed_at_locked(ev, seen_ns, done.last_submit_ns);
+  // A batch seen done while an older one ran completed before it: no later
+  // than that one's completion, and no point on the GPU's clock to chain
+  // from (the anchor, and a spell's end, stay with the older one).
+  const std::uint64_t now = done.seen_done && last_completion_ns_ != 0
+                                ? std::min(last_completion_ns_, seen_ns)
+                                : completed_at_locked(ev, seen_ns, done.last_submit_ns);
+  const CUevent timeline = done.seen_done && anchor_.event ? anchor_.event : ev;
   // GPU time of the batch: from when the GPU could start it (its first
   // submission, or the previous batch's completion) to its completion.
   const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
   const std::uint64_t launches = done.end_count > prev_end ? done.end_count - prev_end : 0;
   const std::uint64_t began = std::max(done.first_submit_ns, last_completion_ns_);
-  if (launches > 0 && now > began) {
-    // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
-    // kernels that take next to no GPU time (more launches than
-    // nanoseconds in a batch) must not look unmeasured for ever.
-    const std::uint64_t sample = std::max<std::uint64_t>((now - began) / launches, 1);
-    const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
-    const bool significant = launches >= kSignificantBatch || now - began >= kRecordIntervalNs;
-    // Published at every batch that may move it: an allocation's processes
-    // publish theirs in turn (the daemon looks for short kernels among them).
-    if (old == 0 || significant || sample < old) {
-      const std::uint64_t per = next_per_launch_ns(old, sample, significant);
-      per_launch_ns_.store(per, std::memory_order_relaxed);
-      usage.per_launch_us.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(
-                                    (per + 999) / 1000, std::numeric_limits<std::uint32_t>::max())),
-                                std::memory_order_relaxed);
-    }
-  }
+  // A batch seen done while an older one ran gave its sample then
+  // (beside_oldest_allows_locked): its time from that completion on is no
+  // measure of its work.
+  if (launches > 0 && now > began && !done.seen_done)
+    sample_per_launch_locked(launches, now - began, usage);
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);
   const std::uint64_t window = window_.load(std::memory_order_relaxed);
@@ -858,11 +876,11 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   publish_drained(idle ? now : done.last_submit_ns, usage);
   // Before the spell's end below: a spell of one batch ends at its start's
   // settling, and its end's bound chains from that start.
-  settle_gap_locked(usage, ev);
+  settle_gap_locked(usage, timeline);
   if (idle && left_idle_) {
     float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.
-    release_locked(std::exchange(spell_end_, ev));
+    release_locked(std::exchange(spell_end_, timeline));
     idle_since_ns_ = now;
     // The submission stamps come from the gate's counter clock, which may
     // run up to tsc::kMaxAnchorErrorNs ahead of CLOCK_MONOTONIC unnoticed.
@@ -871,7 +889,8 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
                                         : 0;
     spell_end_lo_ns_ = submitted;
     if (spell_start_.event && real().cuEventElapsedTime_v2 &&
-        real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, ev) == CUDA_SUCCESS &&
+        real().cuEventElapsedTime_v2(&ms_since_start, spell_start_.event, timeline) ==
+            CUDA_SUCCESS &&
         ms_since_start >= 0)
       spell_end_lo_ns_ = completed_no_earlier_than(
           submitted, spell_start_.lo_ns,
@@ -905,32 +924,92 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
 // long kernel on one stream would hold the launches on every other until it
 // ended, though they would run beside it (and a kernel that waits for work
 // launched later on another stream would never end). A launch whose stream
-// has nothing queued starts at once beside it: it goes.
+// has nothing queued starts at once beside it, and one whose stream caught
+// up with it keeps up to the lease's queue of its own behind it: it goes.
+// The legacy stream's launches too, where the long kernel is on a
+// non-blocking stream (its own batches then complete beside it).
 bool GpuTracker::oldest_covers_streams_locked() const noexcept {
   return !batches_.empty() && batches_.front().several_streams;
 }
 
-bool GpuTracker::idle_beside_oldest_locked(CUstream stream) noexcept {
-  if (!oldest_covers_streams_locked()) return false;
-  // A legacy-stream launch queues behind the blocking streams' work.
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream_is_capturing(stream)) return false;
+bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t beside_ns,
+                                             shm::GpuUsage& usage) noexcept {
+  if (beside_ns == 0 || !oldest_covers_streams_locked() || stream_is_capturing(stream))
+    return false;
   const RelaxedCaptureMode relaxed(captures_active());
-  return real().cuStreamQuery(stream) == CUDA_SUCCESS;
+  const RealDriver& r = real();
+  // A per-thread default stream's batches are recorded on the legacy stream
+  // (record_locked), whose record completes only once every blocking
+  // stream's earlier work has: one of them done says the thread's stream
+  // caught up.
+  const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
+  const CUstream own = legacy || stream == CU_STREAM_PER_THREAD ? nullptr : stream;
+  const auto later = std::next(batches_.begin());
+  // A batch found done here completed before the oldest one, and gives its
+  // per-launch sample now: from its first submission (or the completion of
+  // the one before it on its stream) to about now. Its turn at the front
+  // gives none (complete_front_locked).
+  BesideQueue q = beside_queue(
+      later, batches_.end(), own, shm::monotonic_ns(),
+      [&](const Batch& b) { return r.cuEventQuery(b.event) == CUDA_SUCCESS; },
+      [&](const Batch& b, std::uint64_t previous_ns) {
+        const std::uint64_t began = std::max(b.first_submit_ns, previous_ns);
+        if (b.done_seen_ns > began)
+          sample_per_launch_locked(b.launches, b.done_seen_ns - began, usage);
+      });
+  batches_.erase(merge_done_batches(later, batches_.end(), [&](CUevent ev) { release_locked(ev); }),
+                 batches_.end());
+  // Nothing recorded on the stream alone behind the oldest batch (this
+  // launch is held, so nothing will be): a mark of no launches there, which
+  // a later look finds complete once the stream caught up. On the legacy
+  // stream it is a barrier for the blocking streams' later work, as the
+  // held launch there will be. Not for a per-thread stream: on the legacy
+  // stream the mark would hold that stream's later work behind every
+  // blocking stream's, which the program did not ask for.
+  if (!q.stream_recorded && (own != nullptr || legacy) && !stream_is_capturing(own)) {
+    if (CUevent ev = record_event_locked(own)) {
+      // It covers no launch: its completion says nothing of the launches
+      // not recorded yet, so it publishes no later drain than the batch
+      // before it (complete_front_locked).
+      const std::uint64_t before = batches_.back().last_submit_ns;
+      batches_.push_back({.event = ev,
+                          .end_count = recorded_count_.load(std::memory_order_relaxed),
+                          .first_submit_ns = before,
+                          .last_submit_ns = before,
+                          .stream = own});
+    }
+  }
+  // Launches not recorded yet (wait_for_progress records behind such a batch
+  // only every kRecordIntervalNs) may be on any stream.
+  const std::uint64_t unrecorded =
+      submitted_count() - recorded_count_.load(std::memory_order_relaxed);
+  q.pending += unrecorded;
+  q.beside_total += unrecorded;
+  if (beside_allows(q, per_launch_ns_.load(std::memory_order_relaxed), beside_ns)) return true;
+  // The legacy stream idle says nothing of the blocking streams' work, which
+  // a launch there would wait for.
+  return !legacy && r.cuStreamQuery(stream) == CUDA_SUCCESS;
 }
 
-bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns, bool beside,
-                                   shm::GpuUsage& usage) noexcept {
+bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+                                   std::uint64_t beside_ns, shm::GpuUsage& usage) noexcept {
   if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
     // Wait about as long as the GPU needs to get below the horizon, so the
     // queue never runs dry while we wait (the poller keeps the count right).
     bool several = false;
     {
       std::lock_guard lock(mu_);
-      if (has_tail() && !stream_is_capturing(stream)) {
-        record_locked(stream, shm::monotonic_ns(), &usage);
+      // Behind a batch over several streams, launches go beside it one by
+      // one through here: a record each would make a batch (and an event)
+      // per launch while that batch runs. At the fast path's interval.
+      const std::uint64_t now = shm::monotonic_ns();
+      if (has_tail() && !stream_is_capturing(stream) &&
+          !(beside_ns != 0 && oldest_covers_streams_locked() &&
+            now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs)) {
+        record_locked(stream, now, &usage);
       }
-      if (beside && idle_beside_oldest_locked(stream)) return true;
-      several = beside && oldest_covers_streams_locked();
+      if (beside_oldest_allows_locked(stream, beside_ns, usage)) return true;
+      several = beside_ns != 0 && oldest_covers_streams_locked();
     }
     ensure_poller(usage);
     // The poller may not have run since the GPU finished a batch (at normal
@@ -964,8 +1043,8 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns, boo
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
-    if (beside && idle_beside_oldest_locked(stream)) return true;
-    several = beside && oldest_covers_streams_locked();
+    if (beside_oldest_allows_locked(stream, beside_ns, usage)) return true;
+    several = beside_ns != 0 && oldest_covers_streams_locked();
     // Not while a context's end waits for the waits to be over. Not a batch
     // over several streams either: this stream may be done long before it.
     if (!batches_.empty() && ending_ == 0 && !several) {

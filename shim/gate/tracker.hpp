@@ -49,6 +49,15 @@ struct Batch {
   // Its event covers several streams (on the join stream): it completes with
   // the slowest of them.
   bool several_streams = false;
+  // For a launch held behind an older batch over several streams
+  // (beside_queue.hpp): its launches, the one stream its event is on
+  // (BatchStreams::none() where joined, nullptr for the legacy stream by
+  // either handle), and whether that event was seen complete while an older
+  // batch was not.
+  std::uint64_t launches = 0;
+  CUstream stream = BatchStreams::none();
+  bool seen_done = false;
+  std::uint64_t done_seen_ns = 0;
 };
 
 // What a record of the tail before a wait came to.
@@ -161,13 +170,15 @@ class GpuTracker {
 
   // Slow path: waits until about `excess_ns` of the queued work has run
   // (by the estimate), or for the oldest batch when there is no estimate.
-  // `beside`: the gate lets a launch whose stream has nothing queued go
-  // (GateAction::beside). Returns true where it goes now, whatever the
-  // estimate: the oldest batch covers several streams and `stream` (not the
-  // legacy stream, whose work waits for the blocking streams') has nothing
-  // queued (docs/scheduler.md, "A long kernel on another stream").
-  [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns, bool beside,
-                                       shm::GpuUsage& usage) noexcept;
+  // `beside_ns`: how much of its own stream's work a launch may have queued
+  // beside the others, itself included (GateAction::beside_ns; 0: none).
+  // Returns true where it goes now, whatever the estimate: the oldest batch
+  // covers several streams and `stream` has caught up with that batch and
+  // keeps less than `beside_ns` queued behind it (beside_queue.hpp), or has
+  // nothing queued (not the legacy stream, whose work waits for the
+  // blocking streams'; docs/scheduler.md, "A long kernel on another stream").
+  [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns,
+                                       std::uint64_t beside_ns, shm::GpuUsage& usage) noexcept;
 
   // The application destroys `stream`: work of the batch on it is recorded
   // now, while the handle is valid, and the stream forgotten, so no later
@@ -250,9 +261,15 @@ class GpuTracker {
   CUresult wait_for_event(CUevent ev) noexcept;
   // Whether the oldest batch covers several streams.
   bool oldest_covers_streams_locked() const noexcept;
-  // Whether it does while `stream` has nothing queued (a query of it, in
-  // the relaxed mode during a capture).
-  bool idle_beside_oldest_locked(CUstream stream) noexcept;
+  // Whether it does while `stream` has nothing queued, or less than
+  // `beside_ns` of work behind it (queries of it and of the later batches'
+  // events, in the relaxed mode during a capture).
+  bool beside_oldest_allows_locked(CUstream stream, std::uint64_t beside_ns,
+                                   shm::GpuUsage& usage) noexcept;
+  // A batch's GPU time per launch, `launches` over `span_ns`, moves the
+  // per-launch figure (estimate.hpp) and is published.
+  void sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns,
+                                shm::GpuUsage& usage) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;

@@ -604,9 +604,18 @@ def case_stream_cover(h):
     - Nor hold the short ones until the long one ends (the oldest batch
       covers both streams, and its long run would read as a long queue): 200
       short kernels beside a 2 s one must all be done while it runs. Without
-      the gate's look at the launching stream they waited the 2 s out."""
+      the gate's look at the launching stream they waited the 2 s out.
+    - Nor keep them to one in flight at a time: 5000 kernels of 20 us (0.1 s
+      of work), synchronised only at the end, must be done while a 1 s one
+      runs (3 s in a sanitizer build). Let go only while their stream was idle, they took 1.1-1.5 s
+      (about 0.3 ms each); with their own queue up to the horizon, 0.2 s
+      (0.4 s capped at 50).
+    - Nor hold the legacy stream's beside a non-blocking stream's long
+      kernel (the legacy stream does not wait for non-blocking streams): 200
+      beside a 2 s one. They waited it out before."""
     variants = (("non-blocking", "non-blocking"), ("non-blocking", "legacy"),
-                ("legacy", "non-blocking"), ("blocking", "non-blocking"))
+                ("legacy", "non-blocking"), ("blocking", "non-blocking"),
+                ("non-blocking", "per-thread"))
     modes = (("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
              ("capped50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"}))
     for long_stream, short_stream in variants:
@@ -619,16 +628,26 @@ def case_stream_cover(h):
             check(out["long_pending_after_short"],
                   f"{name}: the long kernel ended before the short ones: this proves nothing")
             drain_never_early(name, out, sampler.samples, err)
+    beside = (("beside", ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8"],
+               "200 short kernels beside a 2 s one", "held until it ended"),
+              # 5000 launches through the gate's slow path: a sanitizer build
+              # gets a longer long kernel (its launches, not the GPU, slow down).
+              ("deep", ["--long-us", "3000000" if tm.SANITIZED else "1000000", "--short-us",
+                        "20", "--short-launches", "5000", "--sync-every", "5000"],
+               "5000 kernels of 20 us beside a long one", "kept to one in flight at a time"),
+              ("legacy", ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8",
+                          "--short-stream", "legacy"],
+               "200 short kernels on the legacy stream beside a 2 s one on a non-blocking "
+               "stream", "held until it ended"))
     for mode_name, mode in modes:
-        name = f"{mode_name}-beside"
-        cmd = [h.a.cover_probe, "--long-us", "2000000", "--short-launches", "200",
-               "--sync-every", "8"]
-        with drain_marks.DrainSampler(os.path.join(h.tmp, name)) as sampler:
-            out, err, _ = run_in_own_folder(h, name, cmd, mode, timeout=60)
-        check(out["long_pending_after_short"],
-              f"{name}: 200 short kernels beside a 2 s one took "
-              f"{out['short_phase_ns'] / 1e6:.0f} ms: held until it ended")
-        drain_never_early(name, out, sampler.samples, err)
+        for variant, args, what, why in beside:
+            name = f"{mode_name}-{variant}"
+            with drain_marks.DrainSampler(os.path.join(h.tmp, name)) as sampler:
+                out, err, _ = run_in_own_folder(h, name, [h.a.cover_probe] + args, mode,
+                                                timeout=60)
+            check(out["long_pending_after_short"],
+                  f"{name}: {what} took {out['short_phase_ns'] / 1e6:.0f} ms: {why}")
+            drain_never_early(name, out, sampler.samples, err)
 
 
 def case_oom_backtrace(h):

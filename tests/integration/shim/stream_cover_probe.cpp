@@ -43,9 +43,11 @@ CUresult launch_spin(CUfunction spin, CUstream stream, std::uint64_t us) {
   return cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
 }
 
-// "legacy" is the legacy default stream (NULL); otherwise a stream made here.
+// "legacy" is the legacy default stream (NULL), "per-thread" the calling
+// thread's default stream; otherwise a stream made here.
 CUstream make_stream(const std::string& kind) {
   if (kind == "legacy") return nullptr;
+  if (kind == "per-thread") return CU_STREAM_PER_THREAD;
   CUstream s = nullptr;
   expect(cuStreamCreate(&s, kind == "blocking" ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING),
          "cuStreamCreate");
@@ -73,13 +75,13 @@ int main(int argc, char** argv) try {
                  "short kernels, synchronised, before the long one (a gate that has measured "
                  "none holds launches until its first batch ends)")
       ->check(CLI::Range(0, 1'000'000));
-  const std::vector<std::string> kinds{"blocking", "non-blocking", "legacy"};
+  const std::vector<std::string> kinds{"blocking", "non-blocking", "legacy", "per-thread"};
   app.add_option("--long-stream", long_stream, "the long kernel's stream")
       ->check(CLI::IsMember(kinds));
   app.add_option("--short-stream", short_stream, "the short kernels' stream")
       ->check(CLI::IsMember(kinds));
   CLI11_PARSE(app, argc, argv);
-  if (long_stream == "legacy" && short_stream == "legacy")
+  if (long_stream == short_stream && (long_stream == "legacy" || long_stream == "per-thread"))
     probe::fail("the two kernels need streams of their own");
 
   probe::start();

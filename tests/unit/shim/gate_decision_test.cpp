@@ -26,9 +26,11 @@ constexpr GateAction kGo{GateStep::kGo, 0};
 constexpr GateAction kLocalGo{GateStep::kGo, kLocalLeaseHorizons* kQueueHorizonNs};
 
 // The queue bound's wait: with room left for one launch, one whose stream
-// has nothing queued may start beside the queue.
-GateAction progress(std::uint64_t ns, bool beside = true) {
-  return {GateStep::kWaitForProgress, ns, beside};
+// has nothing queued may start beside the queue, and one whose stream caught
+// up with a batch over several streams may keep `beside_ns` of its own work
+// queued (the horizon, within what is left of the lease).
+GateAction progress(std::uint64_t ns, std::uint64_t beside_ns = kHorizon) {
+  return {GateStep::kWaitForProgress, ns, beside_ns};
 }
 
 TEST(GateDecision, HoldingTheLeaseWithNothingQueuedGoes) {
@@ -83,28 +85,30 @@ TEST(GateDecision, AQueueRunningPastTheLeaseWaitsUntilItEndsInside) {
   GateSnapshot s = holding();
   s.lease_expiry_ns = kNow + kMs;
   s.queued_ns = 1'500'000;  // within the horizon, but 0.5 ms past the lease
-  EXPECT_EQ(decide_gate(s), progress(500'001));
+  EXPECT_EQ(decide_gate(s), progress(500'001, kMs));
 }
 
-// A launch may go beside the queue (its stream idle behind a batch over
-// several streams) only where one launch still fits the lease.
+// A launch may go beside the queue (its stream idle, or caught up, behind a
+// batch over several streams) only where one launch still fits the lease,
+// and its stream keeps at most the horizon, and what is left of the lease,
+// queued.
 TEST(GateDecision, BesideTheQueueOnlyWithRoomForOneLaunchInTheLease) {
   GateSnapshot s = holding();
   s.queued_ns = kHorizon + 300'000;
   s.per_launch_ns = kMs;
-  EXPECT_EQ(decide_gate(s), progress(300'000, true));
+  EXPECT_EQ(decide_gate(s), progress(300'000, kHorizon));
   s.queued_ns = 1'500'000;         // past the lease's end below
   s.lease_expiry_ns = kNow + kMs;  // one launch would end at the expiry
-  EXPECT_EQ(decide_gate(s), progress(500'001, false));
-  s.lease_expiry_ns = kNow + kMs + 1;
-  EXPECT_EQ(decide_gate(s), progress(500'000, true));
+  EXPECT_EQ(decide_gate(s), progress(500'001, 0));
+  s.lease_expiry_ns = kNow + kMs + 1;  // its stream's own queue: what is left of the lease
+  EXPECT_EQ(decide_gate(s), progress(500'000, kMs + 1));
 }
 
 TEST(GateDecision, TheLargerOfTheTwoExcessesCounts) {
   GateSnapshot s = holding();
   s.lease_expiry_ns = kNow + 1'800'000;
   s.queued_ns = kHorizon + 100'000;  // 0.1 ms past the horizon, 0.3 ms past the lease
-  EXPECT_EQ(decide_gate(s), progress(300'001));
+  EXPECT_EQ(decide_gate(s), progress(300'001, 1'800'000));
   s.lease_expiry_ns = kNow + 10 * kMs;  // now only the horizon binds
   EXPECT_EQ(decide_gate(s), progress(100'000));
 }
@@ -251,9 +255,9 @@ TEST(GateDecision, OutOfItsSlotAnAllocationBorrowsOneLaunchAtATimeWhileTheOthers
   // Its launch still runs: let it finish first. Out of its slot, nothing
   // goes beside it (the slot is another allocation's).
   s.queued_ns = kMs / 2;
-  EXPECT_EQ(decide_gate(s), progress(kMs / 2, false));
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2, 0));
   s.duty.neighbours = Neighbours::kNone;  // not read while it runs: still a wait for it
-  EXPECT_EQ(decide_gate(s), progress(kMs / 2, false));
+  EXPECT_EQ(decide_gate(s), progress(kMs / 2, 0));
   s.queued_ns = 0;
   s.duty.neighbours = Neighbours::kBusy;  // the slot's owner is back: look again soon
   EXPECT_EQ(decide_gate(s), (GateAction{GateStep::kSleep, kBorrowPollNs}));
@@ -331,7 +335,7 @@ TEST(GateDecision, ALongLeasesDeeperQueueStillEndsInsideTheLease) {
   s.queued_ns = 7 * kMs;
   EXPECT_EQ(decide_gate(s), kGo);
   s.queued_ns = kMaxQueueHorizonNs + kMs;
-  EXPECT_EQ(decide_gate(s), progress(kMs));
+  EXPECT_EQ(decide_gate(s), progress(kMs, kMaxQueueHorizonNs));
   // Cut back to 5 ms when another tenant arrives: the horizon shrinks with it.
   s.lease_expiry_ns = kNow + 5 * kMs;
   s.horizon_ns = queue_horizon_ns(s.now, s.lease_expiry_ns);

@@ -8,7 +8,9 @@ every stream they went to (a join stream waits for each), so:
   can have ended (a 400 ms kernel, then two short ones synchronised);
 - and 200 short kernels beside a 2 s one are not held at the gate until it
   ends (a launch whose stream has nothing queued goes beside a batch over
-  several streams).
+  several streams), nor 5000 of 20 us synchronised only at the end beside a
+  1 s one kept to one in flight at a time (the stream keeps a queue of its
+  own up to the horizon); their time against the driver alone's.
 The stream_cover_probe of ctest shim.stream_cover."""
 
 import os
@@ -23,6 +25,8 @@ from .common import run_json_probe
 MODES = [("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
          ("capped 50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"})]
 BESIDE = ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8"]
+DEEP = ["--long-us", "1000000", "--short-us", "20", "--short-launches", "5000",
+        "--sync-every", "5000"]
 
 
 def probe_path(suite: Suite) -> str:
@@ -42,9 +46,19 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
               "a fact of the driver (fakegpu: yes)",
               f"{side_by_side}, {alone['out'].get('short_phase_ns', 0) / 1e6:.0f} ms", None,
               note="" if alone["rc"] == 0 else alone["tail"])
+    deep_alone = run_json_probe(suite, d, "cover-deep-driver", [probe_path(suite), *DEEP],
+                                suite.tenant_env(None, shim=False), 30.0)
+    r.details["deep_driver_alone"] = deep_alone
+    deep_side_by_side = deep_alone["out"].get("long_pending_after_short")
+    deep_alone_ms = deep_alone["out"].get("short_phase_ns", 0) / 1e6
+    r.measure("the driver alone: 5000 kernels of 20 us end while a 1 s one runs on another "
+              "stream", "a fact of the driver (fakegpu: yes, 80-90 ms)",
+              f"{deep_side_by_side}, {deep_alone_ms:.0f} ms", None,
+              note="" if deep_alone["rc"] == 0 else deep_alone["tail"])
     for name, mode in MODES:
         tag = name.replace(" ", "")
-        for what, args in (("cover", ["--long-us", "400000"]), ("beside", BESIDE)):
+        for what, args in (("cover", ["--long-us", "400000"]), ("beside", BESIDE),
+                           ("deep", DEEP)):
             folder = suite.alloc_dir(suite.node_run_dir(f"cover-{what}-{tag}"), "a")
             with drain_marks.DrainSampler(folder) as sampler:
                 shimmed = run_json_probe(suite, d, f"cover-{what}-{tag}",
@@ -63,6 +77,15 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
                       None if not side_by_side else
                       shimmed["rc"] == 0 and bool(out) and len(sampler.samples) >= 100
                       and early == 0 and bool(pending))
+            if what == "deep":
+                ms = out.get("short_phase_ns", 0) / 1e6
+                r.measure(f"{name}: 5000 kernels of 20 us beside a 1 s one, not one at a time",
+                          "ended while it ran, as on the driver alone (time: informational; "
+                          "fakegpu: burst about the driver's, capped 50 about twice)",
+                          f"{pending}, {ms:.0f} ms against {deep_alone_ms:.0f} ms alone",
+                          None if not deep_side_by_side else bool(pending),
+                          note="" if deep_side_by_side else
+                          "the driver ran them after the long one")
             if what == "beside":
                 r.measure(f"{name}: 200 short kernels beside a 2 s one not held until it ends",
                           "ended while it ran, as on the driver alone",

@@ -10,8 +10,7 @@
 // The batches, oldest first, each with `launches`, the one `stream` its
 // event was recorded on (BatchStreams::none() where it joined several),
 // `seen_done` (sticky: an event is reused only once its batch is completed
-// and gone) and `done_seen_ns`, `first_submit_ns`, `several_streams` and
-// `event`.
+// and gone) and `done_seen_ns`, `first_submit_ns` and `event`.
 #pragma once
 
 #include <algorithm>
@@ -38,7 +37,11 @@ struct BesideQueue {
   bool stream_recorded = false;
   // Launches not known done of the batches on a stream alone that caught
   // up: what every stream going beside the oldest batch has queued. One
-  // allowance bounds them all, however many streams share it.
+  // allowance bounds them all, however many streams share it. (Not the
+  // joined batches': one that waits for the long kernel would hold every
+  // stream back until it ended, and which of its launches went beside is
+  // not known. A record joins when launches went to several streams since
+  // the last.)
   std::uint64_t beside_total = 0;
   // More streams than the scan keeps track of: nothing goes beside.
   bool too_many_streams = false;
@@ -123,9 +126,9 @@ inline bool beside_allows(const BesideQueue& q, std::uint64_t per_launch_ns,
 // would pile up (one per record) until it ends. Within each run of batches
 // seen done behind the oldest, [first, last), one is folded into the next
 // when it says nothing a later one does not: it joined several streams, or
-// a later batch on its stream is done too. The next keeps its event and
-// takes the folded one's first submission, launches and streams; the folded
-// one's event goes to `release(event)`. So a run keeps about one batch per
+// a later batch on its stream is done too. The next keeps its event (and
+// what it covers, done already) and takes the folded one's first submission
+// and launches; the folded one's event goes to `release(event)`. So a run keeps about one batch per
 // stream. Returns the new end (the caller erases the rest).
 template <class It, class Release>
 It merge_done_batches(It first, It last, Release&& release) {
@@ -146,7 +149,6 @@ It merge_done_batches(It first, It last, Release&& release) {
     if (next != last && next->seen_done && !full && (!single || known_later)) {
       next->first_submit_ns = b.first_submit_ns;
       next->launches += b.launches;
-      next->several_streams = next->several_streams || b.several_streams;
       release(b.event);
       b.event = nullptr;  // folded: erased below
     } else {

@@ -732,6 +732,12 @@ void GpuTracker::release_locked(CUevent ev) noexcept {
 // the lease nor inflates the per-launch estimate. The chain of bounds starts
 // afresh every kAnchorSpanNs, so the drift between the GPU's clock and
 // CLOCK_MONOTONIC stays negligible.
+bool GpuTracker::completed_before_anchor_locked(CUevent ev) noexcept {
+  float ms = 0;
+  return anchor_.event && last_completion_ns_ != 0 && real().cuEventElapsedTime_v2 &&
+         real().cuEventElapsedTime_v2(&ms, anchor_.event, ev) == CUDA_SUCCESS && ms < 0;
+}
+
 std::uint64_t GpuTracker::completed_at_locked(CUevent ev, std::uint64_t seen_ns,
                                               std::uint64_t recorded_ns) noexcept {
   std::uint64_t at = seen_ns;
@@ -812,13 +818,14 @@ bool GpuTracker::settle_idle_locked() noexcept {
 }
 
 void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns,
-                                          shm::GpuUsage& usage) noexcept {
+                                          bool may_raise, shm::GpuUsage& usage) noexcept {
   // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
   // kernels that take next to no GPU time (more launches than
   // nanoseconds in a batch) must not look unmeasured for ever.
   const std::uint64_t sample = std::max<std::uint64_t>(span_ns / launches, 1);
   const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
-  const bool significant = launches >= kSignificantBatch || span_ns >= kRecordIntervalNs;
+  const bool significant =
+      may_raise && (launches >= kSignificantBatch || span_ns >= kRecordIntervalNs);
   // Published at every batch that may move it: an allocation's processes
   // publish theirs in turn (the daemon looks for short kernels among them).
   if (old == 0 || significant || sample < old) {
@@ -835,23 +842,25 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   if (batches_.empty() || batches_.front().event != ev) return;  // someone else did it
   const Batch done = batches_.front();
   batches_.pop_front();
-  // A batch seen done while an older one ran completed before it: no later
-  // than that one's completion, and no point on the GPU's clock to chain
-  // from (the anchor, and a spell's end, stay with the older one).
-  const std::uint64_t now = done.seen_done && last_completion_ns_ != 0
-                                ? std::min(last_completion_ns_, seen_ns)
-                                : completed_at_locked(ev, seen_ns, done.last_submit_ns);
-  const CUevent timeline = done.seen_done && anchor_.event ? anchor_.event : ev;
+  // A batch that completed on the GPU before the one completed last (its
+  // stream ran beside a long kernel of an older batch) is done no later
+  // than that one, and gives no point on the GPU's clock to chain from: the
+  // anchor, and a spell's end, stay with the older one (dated by its own
+  // event, the next spell's idle gap would count the long kernel's last
+  // stretch as idle).
+  const bool early = completed_before_anchor_locked(ev);
+  const std::uint64_t now = early ? std::min(last_completion_ns_, seen_ns)
+                                  : completed_at_locked(ev, seen_ns, done.last_submit_ns);
+  const CUevent timeline = early ? anchor_.event : ev;
   // GPU time of the batch: from when the GPU could start it (its first
   // submission, or the previous batch's completion) to its completion.
   const std::uint64_t prev_end = completed_.load(std::memory_order_relaxed);
   const std::uint64_t launches = done.end_count > prev_end ? done.end_count - prev_end : 0;
   const std::uint64_t began = std::max(done.first_submit_ns, last_completion_ns_);
-  // A batch seen done while an older one ran gave its sample then
-  // (beside_oldest_allows_locked): its time from that completion on is no
-  // measure of its work.
-  if (launches > 0 && now > began && !done.seen_done)
-    sample_per_launch_locked(launches, now - began, usage);
+  // Nor a measure of its work from that completion on: a batch seen done
+  // while an older one ran gave its sample then (beside_oldest_allows_locked).
+  if (launches > 0 && now > began && !early && !done.seen_done)
+    sample_per_launch_locked(launches, now - began, true, usage);
   last_completion_ns_ = now;
   last_completion_atomic_.store(now, std::memory_order_relaxed);
   const std::uint64_t window = window_.load(std::memory_order_relaxed);
@@ -876,7 +885,7 @@ void GpuTracker::complete_front_locked(CUevent ev, std::uint64_t seen_ns,
   publish_drained(idle ? now : done.last_submit_ns, usage);
   // Before the spell's end below: a spell of one batch ends at its start's
   // settling, and its end's bound chains from that start.
-  settle_gap_locked(usage, timeline);
+  settle_gap_locked(usage, ev);  // its lag check wants the earliest completion
   if (idle && left_idle_) {
     float ms_since_start = 0;
     // The spell ended with this event: an idle gap begins here on the GPU.
@@ -948,14 +957,16 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
   // A batch found done here completed before the oldest one, and gives its
   // per-launch sample now: from its first submission (or the completion of
   // the one before it on its stream) to about now. Its turn at the front
-  // gives none (complete_front_locked).
+  // gives none (complete_front_locked). Seen on the CPU only when a held
+  // launch looks, its end may be late by a host pause: such a sample may
+  // lower the figure, never raise it.
   BesideQueue q = beside_queue(
       later, batches_.end(), own, shm::monotonic_ns(),
       [&](const Batch& b) { return r.cuEventQuery(b.event) == CUDA_SUCCESS; },
       [&](const Batch& b, std::uint64_t previous_ns) {
         const std::uint64_t began = std::max(b.first_submit_ns, previous_ns);
         if (b.done_seen_ns > began)
-          sample_per_launch_locked(b.launches, b.done_seen_ns - began, usage);
+          sample_per_launch_locked(b.launches, b.done_seen_ns - began, false, usage);
       });
   batches_.erase(merge_done_batches(later, batches_.end(), [&](CUevent ev) { release_locked(ev); }),
                  batches_.end());

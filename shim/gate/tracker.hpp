@@ -267,9 +267,13 @@ class GpuTracker {
   bool beside_oldest_allows_locked(CUstream stream, std::uint64_t beside_ns,
                                    shm::GpuUsage& usage) noexcept;
   // A batch's GPU time per launch, `launches` over `span_ns`, moves the
-  // per-launch figure (estimate.hpp) and is published.
-  void sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns,
+  // per-launch figure (estimate.hpp; only down unless `may_raise`) and is
+  // published.
+  void sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns, bool may_raise,
                                 shm::GpuUsage& usage) noexcept;
+  // Whether `ev` completed before the batch completed last (the anchor), by
+  // the GPU's clock.
+  bool completed_before_anchor_locked(CUevent ev) noexcept;
   void complete_front_locked(CUevent ev, std::uint64_t seen_ns, shm::GpuUsage& usage) noexcept;
   void complete_waited_front_locked(CUevent ev, shm::GpuUsage& usage) noexcept;
   void publish_drained(std::uint64_t value, shm::GpuUsage& usage) noexcept;

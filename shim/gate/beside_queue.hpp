@@ -127,9 +127,10 @@ inline bool beside_allows(const BesideQueue& q, std::uint64_t per_launch_ns,
 // seen done behind the oldest, [first, last), one is folded into the next
 // when it says nothing a later one does not: it joined several streams, or
 // a later batch on its stream is done too. The next keeps its event (and
-// what it covers, done already) and takes the folded one's first submission
-// and launches; the folded one's event goes to `release(event)`. So a run keeps about one batch per
-// stream. Returns the new end (the caller erases the rest).
+// what it covers, done already) and takes the folded one's first
+// submission and launches; the folded one's event goes to
+// `release(event)`. So a run keeps about one batch per stream. Returns the
+// new end (the caller erases the rest).
 template <class It, class Release>
 It merge_done_batches(It first, It last, Release&& release) {
   std::array<CUstream, kBesideStreams> later{};  // streams with a later batch seen done

@@ -725,6 +725,12 @@ void GpuTracker::release_locked(CUevent ev) noexcept {
   free_events_.push_back(ev);
 }
 
+bool GpuTracker::completed_before_anchor_locked(CUevent ev) noexcept {
+  float ms = 0;
+  return anchor_.event && last_completion_ns_ != 0 && real().cuEventElapsedTime_v2 &&
+         real().cuEventElapsedTime_v2(&ms, anchor_.event, ev) == CUDA_SUCCESS && ms < 0;
+}
+
 // The GPU completes an event no later than it is seen complete, and no later
 // than a completed event before it plus the time between the two on the
 // GPU's clock: the tighter of the two bounds is when the batch completed. So
@@ -732,12 +738,6 @@ void GpuTracker::release_locked(CUevent ev) noexcept {
 // the lease nor inflates the per-launch estimate. The chain of bounds starts
 // afresh every kAnchorSpanNs, so the drift between the GPU's clock and
 // CLOCK_MONOTONIC stays negligible.
-bool GpuTracker::completed_before_anchor_locked(CUevent ev) noexcept {
-  float ms = 0;
-  return anchor_.event && last_completion_ns_ != 0 && real().cuEventElapsedTime_v2 &&
-         real().cuEventElapsedTime_v2(&ms, anchor_.event, ev) == CUDA_SUCCESS && ms < 0;
-}
-
 std::uint64_t GpuTracker::completed_at_locked(CUevent ev, std::uint64_t seen_ns,
                                               std::uint64_t recorded_ns) noexcept {
   std::uint64_t at = seen_ns;

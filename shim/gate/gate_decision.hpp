@@ -150,6 +150,9 @@ struct GateSnapshot {
   std::uint64_t unticked_since_ns = 0;
   std::uint64_t queued_ns = 0;  // the tracker's queue estimate at `now`
   std::uint64_t per_launch_ns = 0;
+  // The figure a cut lease is weighed by (GpuTracker::own_per_launch_ns;
+  // 0: per_launch_ns).
+  std::uint64_t own_per_launch_ns = 0;
   // queue_horizon_ns() under a daemon's lease, kQueueHorizonNs without one;
   // queued_ns was estimated against it.
   std::uint64_t horizon_ns = kQueueHorizonNs;
@@ -254,7 +257,9 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
     go_ns = local_go_ns(s);
   } else if (s.now >= expiry) {
     return {GateStep::kWaitForLease, kLeaseWaitSliceNs};
-  } else if (s.lease_cut && !cut_lease_allows(s.now, expiry, s.queued_ns, s.per_launch_ns)) {
+  } else if (s.lease_cut &&
+             !cut_lease_allows(s.now, expiry, s.queued_ns,
+                               s.own_per_launch_ns != 0 ? s.own_per_launch_ns : s.per_launch_ns)) {
     return {GateStep::kWaitForNextLease, std::min(expiry - s.now, kLeaseWaitSliceNs)};
   }
   // Holding the lease (or a window): enough queued means some of it must finish first.

@@ -131,7 +131,7 @@ std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
 bool fits_cut_lease(std::uint64_t now, std::uint64_t lease, const gate::GpuTracker& tr) noexcept {
   if (!(lease & shm::kLeaseCutBit) || now >= lease) return true;
   const std::uint64_t queued = tr.queued_estimate_ns(now, gate::queue_horizon_ns(now, lease));
-  return gate::cut_lease_allows(now, lease, queued, tr.per_launch_ns());
+  return gate::cut_lease_allows(now, lease, queued, tr.own_per_launch_ns());
 }
 
 std::uint64_t pack(DutySlot s) noexcept {
@@ -226,6 +226,7 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTra
   if (arbitrated) s.horizon_ns = gate::queue_horizon_ns(s.now, s.lease_expiry_ns);
   s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
   s.per_launch_ns = tr.per_launch_ns();
+  s.own_per_launch_ns = tr.own_per_launch_ns();
   if (!arbitrated) {
     s.duty = duty_cycle_view(st, gpu, tr, s.now);
     // Only a borrower with nothing queued looks (decide_gate() waits for its
@@ -322,6 +323,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       case GateStep::kWaitForLease: {
         asked = true;
         throttled = true;
+        tr.offer_per_launch(gu);
         // The word first, then the expiry again: a grant between the
         // snapshot and the wait changes the word, so it is never slept
         // through.
@@ -341,6 +343,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       case GateStep::kWaitForNextLease: {
         asked = true;
         throttled = true;
+        tr.offer_per_launch(gu);
         const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
         if (gl.lease_expiry_ns.load(std::memory_order_acquire) != snap.lease_expiry_ns) break;
         shm::futex_wait(gl.lease_futex, seen, action.ns);

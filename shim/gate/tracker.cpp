@@ -110,6 +110,7 @@ void GpuTracker::reset_after_fork() noexcept {
   submitted_.store(kIdle);  // the child has a slot of its own, with no marks
   completed_.store(0);
   per_launch_ns_.store(0);
+  own_per_launch_ns_.store(0);
   window_.store(kBootstrapPending);
   last_completion_ns_ = 0;
   last_completion_atomic_.store(0);
@@ -817,6 +818,14 @@ bool GpuTracker::settle_idle_locked() noexcept {
   return pending_launches() == 0;
 }
 
+namespace {
+// GpuUsage::per_launch_us of a figure in nanoseconds (rounded up).
+std::uint32_t per_launch_us_of(std::uint64_t per_ns) noexcept {
+  return static_cast<std::uint32_t>(
+      std::min<std::uint64_t>((per_ns + 999) / 1000, std::numeric_limits<std::uint32_t>::max()));
+}
+}  // namespace
+
 void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t span_ns,
                                           bool may_raise, shm::GpuUsage& usage) noexcept {
   // At least 1 ns: 0 means "not measured yet" to the queue estimate, and
@@ -826,14 +835,44 @@ void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t 
   const std::uint64_t old = per_launch_ns_.load(std::memory_order_relaxed);
   const bool significant =
       may_raise && (launches >= kSignificantBatch || span_ns >= kRecordIntervalNs);
+  if (old == 0 || significant || sample < old)
+    per_launch_ns_.store(next_per_launch_ns(old, sample, significant), std::memory_order_relaxed);
+  // The GPU slices its time among the contexts with work, so a batch that
+  // ran while the allocation's other processes had work took up to their
+  // number of times its own: a 1 ms kernel beside a sibling's 20 ms ones
+  // measured 2.2 ms. Under a cut lease those siblings start nothing (their
+  // gates keep long launches out), so the cut is weighed by the figure with
+  // their share taken out. Left in, the daemon took the allocation for one
+  // without short kernels and held the GPU idle through another tenant's
+  // short gaps rather than cut a lease for it, and the short kernels, never
+  // run alone again, kept the inflated figure.
+  const std::uint32_t busy =
+      std::max<std::uint32_t>(usage.busy_processes.load(std::memory_order_relaxed), 1);
+  const std::uint64_t own_sample = std::max<std::uint64_t>(sample / busy, 1);
+  const std::uint64_t own = own_per_launch_ns_.load(std::memory_order_relaxed);
   // Published at every batch that may move it: an allocation's processes
   // publish theirs in turn (the daemon looks for short kernels among them).
-  if (old == 0 || significant || sample < old) {
-    const std::uint64_t per = next_per_launch_ns(old, sample, significant);
-    per_launch_ns_.store(per, std::memory_order_relaxed);
-    usage.per_launch_us.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(
-                                  (per + 999) / 1000, std::numeric_limits<std::uint32_t>::max())),
-                              std::memory_order_relaxed);
+  if (own == 0 || significant || own_sample < own) {
+    const std::uint64_t per = next_per_launch_ns(own, own_sample, significant);
+    own_per_launch_ns_.store(per, std::memory_order_relaxed);
+    usage.per_launch_us.store(per_launch_us_of(per), std::memory_order_relaxed);
+  }
+}
+
+// A process publishes its figure only as its batches complete, so one held
+// at the gate for want of a lease publishes nothing, and the allocation's
+// word keeps the figure of a sibling that ran (long kernels, say). The daemon
+// then takes the allocation for one without short kernels, and gives it no
+// lease cut for another tenant's short gap: the held process never runs,
+// and never publishes. Held, the process offers its figure where it is the
+// lower one.
+void GpuTracker::offer_per_launch(shm::GpuUsage& usage) const noexcept {
+  const std::uint64_t per = own_per_launch_ns_.load(std::memory_order_relaxed);
+  if (per == 0) return;
+  const std::uint32_t mine = per_launch_us_of(per);
+  std::uint32_t shared = usage.per_launch_us.load(std::memory_order_relaxed);
+  while ((shared == 0 || mine < shared) &&
+         !usage.per_launch_us.compare_exchange_weak(shared, mine, std::memory_order_relaxed)) {
   }
 }
 

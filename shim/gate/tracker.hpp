@@ -122,6 +122,13 @@ class GpuTracker {
   std::uint64_t per_launch_ns() const noexcept {
     return per_launch_ns_.load(std::memory_order_relaxed);
   }
+  // The same with the time-slices of the allocation's other busy processes
+  // taken out: what a launch takes once they are kept off the GPU (a cut
+  // lease). What usage.per_launch_us publishes.
+  std::uint64_t own_per_launch_ns() const noexcept {
+    const std::uint64_t own = own_per_launch_ns_.load(std::memory_order_relaxed);
+    return own != 0 ? own : per_launch_ns();
+  }
 
   // After a successful launch at `now` on `stream` (fast path; records an
   // event when a batch is due, which takes the tracker's mutex).
@@ -164,6 +171,9 @@ class GpuTracker {
   // contexts (the local duty cycle's idle time; spell_wait.hpp).
   void begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
+  // A thread waits for a lease: this process's per-launch figure goes to
+  // usage.per_launch_us where it is lower than the one there.
+  void offer_per_launch(shm::GpuUsage& usage) const noexcept;
   // A launch that passed the gate failed: if nothing is in flight, leave the
   // busy count again (the enter marked it for the launch that did not happen).
   void launch_failed() noexcept;
@@ -294,10 +304,11 @@ class GpuTracker {
   std::uint64_t completed_at_locked(CUevent ev, std::uint64_t seen_ns,
                                     std::uint64_t recorded_ns) noexcept;
 
-  std::atomic<std::uint64_t> submitted_{kIdle};   // launches forwarded by this process, | kIdle
-  std::atomic<std::uint64_t> completed_{0};       // of those, known complete
-  std::atomic<std::uint64_t> recorded_count_{0};  // of those, covered by a recorded event
-  std::atomic<std::uint64_t> per_launch_ns_{0};   // EMA of GPU time per launch
+  std::atomic<std::uint64_t> submitted_{kIdle};      // launches forwarded by this process, | kIdle
+  std::atomic<std::uint64_t> completed_{0};          // of those, known complete
+  std::atomic<std::uint64_t> recorded_count_{0};     // of those, covered by a recorded event
+  std::atomic<std::uint64_t> per_launch_ns_{0};      // EMA of GPU time per launch
+  std::atomic<std::uint64_t> own_per_launch_ns_{0};  // own_per_launch_ns()
   std::atomic<std::uint64_t> window_{kBootstrapPending};  // slow start (gate/estimate.hpp)
   std::uint64_t published_launches_ = 0;        // under mu_: launches added to usage.launches
   std::atomic<shm::GpuUsage*> usage_{nullptr};  // the poller's, once it started

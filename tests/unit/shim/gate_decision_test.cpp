@@ -75,6 +75,22 @@ TEST(GateDecision, ACutLeaseStartsOnlyLaunchesThatEndAboutAtItsExpiry) {
   EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForNextLease);
 }
 
+TEST(GateDecision, ACutLeaseWeighsTheFigureWithoutTheSiblingsTimeSlices) {
+  // 1 ms kernels measured at 2.6 ms beside a sibling's 20 ms ones (the GPU
+  // sliced its time between the two): under a cut lease the sibling starts
+  // nothing, so they are weighed by their own 1.3 ms and go.
+  GateSnapshot s = holding();
+  s.lease_expiry_ns = kNow + 1'500'000;
+  s.lease_cut = true;
+  s.per_launch_ns = 2'600'000;
+  s.own_per_launch_ns = 1'300'000;
+  EXPECT_EQ(decide_gate(s), kGo);
+  s.own_per_launch_ns = 2'600'000;  // alone in the allocation: the same figure
+  EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForNextLease);
+  s.lease_cut = false;  // a whole lease weighs neither
+  EXPECT_EQ(decide_gate(s), kGo);
+}
+
 TEST(GateDecision, AQueuePastTheHorizonWaitsForItsExcess) {
   GateSnapshot s = holding();
   s.queued_ns = kHorizon + 300'000;

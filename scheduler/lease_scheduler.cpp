@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "shm/daemon_timing.hpp"
+#include "shm/layout.hpp"
 
 namespace cushare::sched {
 namespace {
@@ -395,7 +396,11 @@ std::uint64_t LeaseScheduler::lease_end(TenantId holder, std::uint64_t now) cons
 // run (in the unit test, the same shares as the honest figure's cut leases).
 bool LeaseScheduler::fits_cut_lease(const Tenant& h, std::uint64_t length_ns,
                                     std::uint64_t now) const {
-  const std::uint64_t per = h.signals.per_launch_ns;
+  // Published without the siblings' time slices: a launch shares the GPU
+  // with those of the processes that still have work in flight, as the
+  // gate weighs it (gate_decision.hpp, cut_per_launch_ns).
+  const std::uint64_t per = h.signals.per_launch_ns *
+                            std::clamp<std::uint64_t>(h.signals.busy_processes, 1, shm::kMaxSlots);
   if (per == 0 || per <= length_ns + shm::kCutLeaseOverrunNs) return true;
   return h.short_kernels_ns != 0 && now < h.short_kernels_ns + config_.short_kernels_window_ns;
 }

@@ -132,11 +132,13 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   std::atomic<std::uint32_t> demand;
   // Launch gate: the GPU time of one launch, on average, with the time
   // slices the allocation's other busy processes had in it taken out
-  // (microseconds, rounded up; 0 = not measured yet). Its processes publish
-  // theirs in turn, and one held for a lease offers its own where lower. A
-  // lease cut short for a tenant due back ends half a launch of the
-  // holder's before the return. Written by the tenant: a wrong figure moves
-  // only its own cut leases' ends, within the cut (once 0, shims that
+  // (microseconds, rounded up; 0 = not measured yet; its processes publish
+  // theirs in turn). A lease is cut for a tenant due back only where a
+  // launch by it, times busy_processes, fits the cut, and ends half a
+  // launch of the holder's before the return. Written by the tenant: a
+  // figure too low lets the holder's launches run up to their length past a
+  // cut lease's end, into the returning tenant's time, charged to the
+  // holder (drain marks, ground truth) as any overrun (once 0, shims that
   // predate it leave it there).
   std::atomic<std::uint32_t> per_launch_us;
   std::atomic<std::uint64_t> last_submit_ns;  // drain marks: CLOCK_MONOTONIC of the last submission

@@ -11,6 +11,7 @@
 #include "shim/gate/duty_cycle_plan.hpp"
 #include "shim/gate/estimate.hpp"
 #include "shm/daemon_timing.hpp"
+#include "shm/layout.hpp"
 
 namespace cushare::shim::gate {
 
@@ -57,6 +58,20 @@ inline constexpr std::uint64_t kLeaseLeftPerHorizon = 4;
 inline bool cut_lease_allows(std::uint64_t now, std::uint64_t expiry, std::uint64_t queued_ns,
                              std::uint64_t per_launch_ns) noexcept {
   return per_launch_ns == 0 || now + queued_ns + per_launch_ns <= expiry + shm::kCutLeaseOverrunNs;
+}
+
+// What a launch of a process whose own figure (GpuTracker::own_per_launch_ns,
+// its siblings' time slices taken out) is `own_ns` takes under a cut lease:
+// the GPU slices its time among the allocation's processes with work in
+// flight, `busy_processes` of them (GpuUsage), and this one (`self_busy`:
+// already counted there). Two siblings of 1 ms kernels would each start one
+// in a 1.5 ms cut by their own figures and both end at about 2 ms.
+inline std::uint64_t cut_per_launch_ns(std::uint64_t own_ns, std::uint32_t busy_processes,
+                                       bool self_busy) noexcept {
+  // The count is the tenant's to write: bounded, so the product stays put.
+  const std::uint64_t sharing = std::clamp<std::uint64_t>(
+      std::uint64_t{busy_processes} + (self_busy ? 0 : 1), 1, shm::kMaxSlots);
+  return own_ns * sharing;
 }
 
 // How long a thread that waits for a lease waits on the CPU instead of
@@ -150,9 +165,9 @@ struct GateSnapshot {
   std::uint64_t unticked_since_ns = 0;
   std::uint64_t queued_ns = 0;  // the tracker's queue estimate at `now`
   std::uint64_t per_launch_ns = 0;
-  // The figure a cut lease is weighed by (GpuTracker::own_per_launch_ns;
-  // 0: per_launch_ns).
-  std::uint64_t own_per_launch_ns = 0;
+  // The figure a cut lease is weighed by (cut_per_launch_ns(); 0:
+  // per_launch_ns).
+  std::uint64_t cut_per_launch_ns = 0;
   // queue_horizon_ns() under a daemon's lease, kQueueHorizonNs without one;
   // queued_ns was estimated against it.
   std::uint64_t horizon_ns = kQueueHorizonNs;
@@ -259,7 +274,7 @@ inline GateAction decide_gate(const GateSnapshot& s) noexcept {
     return {GateStep::kWaitForLease, kLeaseWaitSliceNs};
   } else if (s.lease_cut &&
              !cut_lease_allows(s.now, expiry, s.queued_ns,
-                               s.own_per_launch_ns != 0 ? s.own_per_launch_ns : s.per_launch_ns)) {
+                               s.cut_per_launch_ns != 0 ? s.cut_per_launch_ns : s.per_launch_ns)) {
     return {GateStep::kWaitForNextLease, std::min(expiry - s.now, kLeaseWaitSliceNs)};
   }
   // Holding the lease (or a window): enough queued means some of it must finish first.

@@ -128,10 +128,16 @@ std::uint64_t busy_since(gate::GpuTracker& tr, unsigned gpu, std::uint64_t open,
 
 // Whether a launch fits the daemon's lease word `lease` if it is a live cut
 // one (one that ran out, from a daemon gone since, weighs nothing).
-bool fits_cut_lease(std::uint64_t now, std::uint64_t lease, const gate::GpuTracker& tr) noexcept {
+std::uint64_t cut_figure_ns(const gate::GpuTracker& tr, const shm::GpuUsage& gu) noexcept {
+  return gate::cut_per_launch_ns(tr.own_per_launch_ns(),
+                                 gu.busy_processes.load(std::memory_order_relaxed), tr.busy());
+}
+
+bool fits_cut_lease(std::uint64_t now, std::uint64_t lease, const gate::GpuTracker& tr,
+                    const shm::GpuUsage& gu) noexcept {
   if (!(lease & shm::kLeaseCutBit) || now >= lease) return true;
   const std::uint64_t queued = tr.queued_estimate_ns(now, gate::queue_horizon_ns(now, lease));
-  return gate::cut_lease_allows(now, lease, queued, tr.own_per_launch_ns());
+  return gate::cut_lease_allows(now, lease, queued, cut_figure_ns(tr, gu));
 }
 
 std::uint64_t pack(DutySlot s) noexcept {
@@ -226,7 +232,7 @@ GateSnapshot read_snapshot(const AllocationState& st, unsigned gpu, gate::GpuTra
   if (arbitrated) s.horizon_ns = gate::queue_horizon_ns(s.now, s.lease_expiry_ns);
   s.queued_ns = tr.queued_estimate_ns(s.now, s.horizon_ns);
   s.per_launch_ns = tr.per_launch_ns();
-  s.own_per_launch_ns = tr.own_per_launch_ns();
+  if (s.lease_cut) s.cut_per_launch_ns = cut_figure_ns(tr, st.usage->gpus[gpu]);
   if (!arbitrated) {
     s.duty = duty_cycle_view(st, gpu, tr, s.now);
     // Only a borrower with nothing queued looks (decide_gate() waits for its
@@ -323,7 +329,6 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       case GateStep::kWaitForLease: {
         asked = true;
         throttled = true;
-        tr.offer_per_launch(gu);
         // The word first, then the expiry again: a grant between the
         // snapshot and the wait changes the word, so it is never slept
         // through.
@@ -343,7 +348,6 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       case GateStep::kWaitForNextLease: {
         asked = true;
         throttled = true;
-        tr.offer_per_launch(gu);
         const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
         if (gl.lease_expiry_ns.load(std::memory_order_acquire) != snap.lease_expiry_ns) break;
         shm::futex_wait(gl.lease_futex, seen, action.ns);
@@ -383,7 +387,8 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
   const std::uint64_t now = t_gate.now;
   const std::uint64_t lease = lease_word(st, gpu);
   const std::uint64_t expiry = expiry_of(lease, gpu);
-  if (!(now < expiry && queue_allows(now, expiry, tr) && fits_cut_lease(now, lease, tr))) {
+  if (!(now < expiry && queue_allows(now, expiry, tr) &&
+        fits_cut_lease(now, lease, tr, st.usage->gpus[gpu]))) {
     if (const CUresult rc = slow_path(st, gpu, stream); rc != CUDA_SUCCESS) return rc;
   }
   if (!tr.busy()) {

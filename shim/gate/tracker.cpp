@@ -840,12 +840,14 @@ void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t 
   // The GPU slices its time among the contexts with work, so a batch that
   // ran while the allocation's other processes had work took up to their
   // number of times its own: a 1 ms kernel beside a sibling's 20 ms ones
-  // measured 2.2 ms. Under a cut lease those siblings start nothing (their
-  // gates keep long launches out), so the cut is weighed by the figure with
-  // their share taken out. Left in, the daemon took the allocation for one
-  // without short kernels and held the GPU idle through another tenant's
-  // short gaps rather than cut a lease for it, and the short kernels, never
-  // run alone again, kept the inflated figure.
+  // measured 2.2 ms. A cut lease is weighed by the figure with their share
+  // taken out, times the processes that have work in flight when it is
+  // weighed (cut_per_launch_ns): those the launch would share the GPU with
+  // (the long kernels' gates keep them out of it). Weighed by the inflated
+  // figure, the daemon took the allocation for one without short kernels
+  // and held the GPU idle through another tenant's short gaps rather than
+  // cut a lease for it, and the short kernels, never run alone again, kept
+  // the inflated figure.
   const std::uint32_t busy =
       std::max<std::uint32_t>(usage.busy_processes.load(std::memory_order_relaxed), 1);
   const std::uint64_t own_sample = std::max<std::uint64_t>(sample / busy, 1);
@@ -856,23 +858,6 @@ void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t 
     const std::uint64_t per = next_per_launch_ns(own, own_sample, significant);
     own_per_launch_ns_.store(per, std::memory_order_relaxed);
     usage.per_launch_us.store(per_launch_us_of(per), std::memory_order_relaxed);
-  }
-}
-
-// A process publishes its figure only as its batches complete, so one held
-// at the gate for want of a lease publishes nothing, and the allocation's
-// word keeps the figure of a sibling that ran (long kernels, say). The daemon
-// then takes the allocation for one without short kernels, and gives it no
-// lease cut for another tenant's short gap: the held process never runs,
-// and never publishes. Held, the process offers its figure where it is the
-// lower one.
-void GpuTracker::offer_per_launch(shm::GpuUsage& usage) const noexcept {
-  const std::uint64_t per = own_per_launch_ns_.load(std::memory_order_relaxed);
-  if (per == 0) return;
-  const std::uint32_t mine = per_launch_us_of(per);
-  std::uint32_t shared = usage.per_launch_us.load(std::memory_order_relaxed);
-  while ((shared == 0 || mine < shared) &&
-         !usage.per_launch_us.compare_exchange_weak(shared, mine, std::memory_order_relaxed)) {
   }
 }
 

@@ -122,9 +122,10 @@ class GpuTracker {
   std::uint64_t per_launch_ns() const noexcept {
     return per_launch_ns_.load(std::memory_order_relaxed);
   }
-  // The same with the time-slices of the allocation's other busy processes
-  // taken out: what a launch takes once they are kept off the GPU (a cut
-  // lease). What usage.per_launch_us publishes.
+  // The same with the time slices of the allocation's other busy processes
+  // taken out (each sample divided by their number with this one): what a
+  // launch takes while it has the GPU to itself. What usage.per_launch_us
+  // publishes; cut leases weigh it (gate_decision.hpp, cut_per_launch_ns).
   std::uint64_t own_per_launch_ns() const noexcept {
     const std::uint64_t own = own_per_launch_ns_.load(std::memory_order_relaxed);
     return own != 0 ? own : per_launch_ns();
@@ -171,9 +172,6 @@ class GpuTracker {
   // contexts (the local duty cycle's idle time; spell_wait.hpp).
   void begin_spell(CUstream stream, shm::GpuUsage& usage, bool probe_wait) noexcept;
   void bind_gpu(unsigned gpu) noexcept { gpu_ = gpu; }
-  // A thread waits for a lease: this process's per-launch figure goes to
-  // usage.per_launch_us where it is lower than the one there.
-  void offer_per_launch(shm::GpuUsage& usage) const noexcept;
   // A launch that passed the gate failed: if nothing is in flight, leave the
   // busy count again (the enter marked it for the launch that did not happen).
   void launch_failed() noexcept;

@@ -76,19 +76,31 @@ TEST(GateDecision, ACutLeaseStartsOnlyLaunchesThatEndAboutAtItsExpiry) {
 }
 
 TEST(GateDecision, ACutLeaseWeighsTheFigureWithoutTheSiblingsTimeSlices) {
-  // 1 ms kernels measured at 2.6 ms beside a sibling's 20 ms ones (the GPU
-  // sliced its time between the two): under a cut lease the sibling starts
-  // nothing, so they are weighed by their own 1.3 ms and go.
+  // Kernels measured at 2.6 ms a launch beside a sibling's 20 ms ones (the
+  // GPU sliced its time between the two): once the sibling has nothing in
+  // flight (its long kernels wait for a whole lease), a cut lease weighs
+  // them by their own 1.3 ms, and they go.
   GateSnapshot s = holding();
   s.lease_expiry_ns = kNow + 1'500'000;
   s.lease_cut = true;
   s.per_launch_ns = 2'600'000;
-  s.own_per_launch_ns = 1'300'000;
+  s.cut_per_launch_ns = 1'300'000;
   EXPECT_EQ(decide_gate(s), kGo);
-  s.own_per_launch_ns = 2'600'000;  // alone in the allocation: the same figure
+  s.cut_per_launch_ns = 2'600'000;  // the sibling's kernel still in flight
   EXPECT_EQ(decide_gate(s).step, GateStep::kWaitForNextLease);
   s.lease_cut = false;  // a whole lease weighs neither
   EXPECT_EQ(decide_gate(s), kGo);
+}
+
+TEST(GateDecision, ACutLeaseFigureCountsTheProcessesThatWouldShareTheGpu) {
+  // Alone, or the only process with work in flight: its own figure.
+  EXPECT_EQ(cut_per_launch_ns(kMs, 0, false), kMs);
+  EXPECT_EQ(cut_per_launch_ns(kMs, 1, true), kMs);
+  // A sibling's work in flight: this launch shares the GPU with it.
+  EXPECT_EQ(cut_per_launch_ns(kMs, 1, false), 2 * kMs);
+  EXPECT_EQ(cut_per_launch_ns(kMs, 2, true), 2 * kMs);
+  // A forged count is bounded by the slots an allocation has.
+  EXPECT_EQ(cut_per_launch_ns(kMs, 0xffffffffu, false), kMs * shm::kMaxSlots);
 }
 
 TEST(GateDecision, AQueuePastTheHorizonWaitsForItsExcess) {

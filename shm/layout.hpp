@@ -133,9 +133,10 @@ struct GpuUsage {  // 128 bytes; index i matches LimitsRegion::gpus[i]
   // Launch gate: the GPU time of one launch, on average, with the time
   // slices the allocation's other busy processes had in it taken out
   // (microseconds, rounded up; 0 = not measured yet; its processes publish
-  // theirs in turn). A lease is cut for a tenant due back only where a
-  // launch by it, times busy_processes, fits the cut, and ends half a
-  // launch of the holder's before the return. Written by the tenant: a
+  // theirs in turn). The daemon weighs whether the holder's gate would
+  // start a launch in a lease cut for a tenant due back by it times
+  // busy_processes, and ends such a lease half a launch of the holder's
+  // before the return. Written by the tenant: a
   // figure too low lets the holder's launches run up to their length past a
   // cut lease's end, into the returning tenant's time, charged to the
   // holder (drain marks, ground truth) as any overrun (once 0, shims that

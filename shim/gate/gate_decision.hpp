@@ -64,8 +64,11 @@ inline bool cut_lease_allows(std::uint64_t now, std::uint64_t expiry, std::uint6
 // its siblings' time slices taken out) is `own_ns` takes under a cut lease:
 // the GPU slices its time among the allocation's processes with work in
 // flight, `busy_processes` of them (GpuUsage), and this one (`self_busy`:
-// already counted there). Two siblings of 1 ms kernels would each start one
-// in a 1.5 ms cut by their own figures and both end at about 2 ms.
+// already counted there). Two siblings of 1.5 ms kernels would otherwise
+// each start one in a 1.5 ms cut by their own figures and both end at
+// about 3 ms, past the cut's kCutLeaseOverrunNs. Siblings weighing at the
+// same moment, none of them busy yet, each count only itself (a known gap:
+// the overrun is then up to one launch per sibling, charged to the holder).
 inline std::uint64_t cut_per_launch_ns(std::uint64_t own_ns, std::uint32_t busy_processes,
                                        bool self_busy) noexcept {
   // The count is the tenant's to write: bounded, so the product stays put.

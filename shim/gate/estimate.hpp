@@ -47,6 +47,18 @@ inline constexpr std::uint64_t kMaxSampleRise = 8;
   return (old * 7 + std::min(sample, old * kMaxSampleRise)) / 8;
 }
 
+// A batch's per-launch sample with the time slices of the allocation's
+// other processes taken out: the GPU slices its time among the contexts
+// with work, so a batch that ran while `busy_processes` of the allocation's
+// processes (this one among them) had work in flight took up to that many
+// times its own (a 1 ms kernel beside a sibling's 20 ms ones measured
+// 2.2 ms). The count is read at the batch's completion: a sibling that
+// stalled with work in flight still counts. At least 1 ns, as `sample`.
+[[nodiscard]] inline std::uint64_t own_launch_sample_ns(std::uint64_t sample,
+                                                        std::uint32_t busy_processes) noexcept {
+  return std::max<std::uint64_t>(sample / std::max<std::uint32_t>(busy_processes, 1), 1);
+}
+
 struct QueueSnapshot {
   std::uint64_t pending = 0;        // launches submitted and not known complete
   std::uint64_t per_launch_ns = 0;  // measured GPU time per launch (0: none yet)

@@ -120,6 +120,7 @@ void GpuTracker::reset_after_fork() noexcept {
   usage_.store(nullptr);
   tail_last_ns_.store(0);
   streams_.clear();
+  per_thread_.clear();
   since_record_.store(0);
   poller_started_.store(false);
   poller_idle_.store(false);
@@ -161,7 +162,8 @@ TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
   const CUstream seen = streams_.tail();
   if (scope == SyncScope::kStream && seen != stream) return TailRecord::kNotHere;
   if (scope == SyncScope::kUnnamedStream &&
-      (seen == BatchStreams::none() || seen == CU_STREAM_PER_THREAD))
+      (seen == BatchStreams::none() ||
+       (seen == CU_STREAM_PER_THREAD && !per_thread_.only(launching_thread_id()))))
     return TailRecord::kNotHere;
   std::lock_guard lock(mu_);
   const std::uint64_t end = submitted_count();
@@ -173,14 +175,18 @@ TailRecord GpuTracker::record_tail(CUstream stream, SyncScope scope) noexcept {
   if (tail == BatchStreams::none() && scope == SyncScope::kUnnamedStream)
     return TailRecord::kNotHere;
   if (tail == CU_STREAM_PER_THREAD) {
-    if (scope == SyncScope::kUnnamedStream) return TailRecord::kNotHere;
     // The handle means the caller's own stream: it holds the tail only if
     // the caller launched it. A whole context's sync records on the legacy
-    // stream, which waits for the per-thread streams' work.
-    if (scope == SyncScope::kStream &&
-        launch_gate_thread_last_launch_ns() != tail_last_ns_.load(std::memory_order_relaxed))
+    // stream, which waits for the per-thread streams' work (and the sync for
+    // every stream's). Another call records only on the caller's own stream
+    // where no other thread launched on theirs (recordable_stream): on the
+    // legacy stream it would put a barrier across every blocking stream.
+    const bool callers =
+        launch_gate_thread_last_launch_ns() == tail_last_ns_.load(std::memory_order_relaxed);
+    if (scope == SyncScope::kStream && !callers) return TailRecord::kNotHere;
+    if (scope == SyncScope::kUnnamedStream && !(callers && per_thread_.only(launching_thread_id())))
       return TailRecord::kNotHere;
-    tail = scope == SyncScope::kStream ? stream : nullptr;
+    if (scope == SyncScope::kContext) tail = nullptr;
   }
   CUcontext current = nullptr;
   if (real().cuCtxGetCurrent) real().cuCtxGetCurrent(&current);
@@ -371,6 +377,17 @@ void GpuTracker::end_batch(CUstream stream, std::uint64_t now, shm::GpuUsage& us
   }
 }
 
+// The per-thread default stream's handle names the recording thread's own
+// stream, and a batch may hold other threads' launches on theirs: unless
+// the recording thread alone ever launched there, the event goes on the
+// legacy stream, which waits for them all (a barrier across the blocking
+// streams: the thread's later work then waits for a long kernel on any of
+// them). Read after the launch count the record covers (per_thread_stream.hpp).
+CUstream GpuTracker::recordable_stream(CUstream stream) const noexcept {
+  if (stream != CU_STREAM_PER_THREAD || per_thread_.only(launching_thread_id())) return stream;
+  return nullptr;
+}
+
 void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage* usage) noexcept {
   const std::uint64_t end = submitted_count();
   if (end <= recorded_count_.load(std::memory_order_relaxed)) return;  // nothing unrecorded
@@ -391,14 +408,12 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
     usage->launches.fetch_add(end - published_launches_, std::memory_order_relaxed);
     published_launches_ = end;
   }
-  // The per-thread default stream's handle names the recording thread's
-  // own stream, and a batch may hold other threads' launches on theirs: the
-  // event goes on the legacy stream, which waits for them all (a barrier
-  // across the blocking streams). Checked again here, under the lock that
-  // the beginning of a capture holds (RecordsHeld): no record is made into
-  // a capture, and none on the legacy stream while a blocking stream is
-  // being captured (it is unusable then).
-  if (stream == CU_STREAM_PER_THREAD) stream = nullptr;
+  // Where another thread launched on its per-thread stream, the event goes
+  // on the legacy stream (recordable_stream). Checked again here, under the
+  // lock that the beginning of a capture holds (RecordsHeld): no record is
+  // made into a capture, and none on the legacy stream while a blocking
+  // stream is being captured (it is unusable then).
+  stream = recordable_stream(stream);
   if (stream != BatchStreams::none() && stream_is_capturing(stream)) return;
   // The batch's other streams, taken after `end` was read (batch_streams.hpp).
   const BatchStreams::Taken left = streams_.take();
@@ -406,7 +421,7 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
   std::size_t count = 0;
   BatchStreams::Taken capturing;  // left out now, covered once their capture ends
   const auto cover = [&](CUstream s) {
-    if (s == CU_STREAM_PER_THREAD) s = nullptr;
+    s = recordable_stream(s);
     if (std::find(on.begin(), on.begin() + count, s) != on.begin() + count) return;
     if (stream_is_capturing(s)) {
       if (capturing.count < capturing.streams.size()) capturing.streams[capturing.count++] = s;
@@ -837,20 +852,16 @@ void GpuTracker::sample_per_launch_locked(std::uint64_t launches, std::uint64_t 
       may_raise && (launches >= kSignificantBatch || span_ns >= kRecordIntervalNs);
   if (old == 0 || significant || sample < old)
     per_launch_ns_.store(next_per_launch_ns(old, sample, significant), std::memory_order_relaxed);
-  // The GPU slices its time among the contexts with work, so a batch that
-  // ran while the allocation's other processes had work took up to their
-  // number of times its own: a 1 ms kernel beside a sibling's 20 ms ones
-  // measured 2.2 ms. A cut lease is weighed by the figure with their share
-  // taken out, times the processes that have work in flight when it is
-  // weighed (cut_per_launch_ns): those the launch would share the GPU with
-  // (the long kernels' gates keep them out of it). Weighed by the inflated
-  // figure, the daemon took the allocation for one without short kernels
-  // and held the GPU idle through another tenant's short gaps rather than
-  // cut a lease for it, and the short kernels, never run alone again, kept
-  // the inflated figure.
-  const std::uint32_t busy =
-      std::max<std::uint32_t>(usage.busy_processes.load(std::memory_order_relaxed), 1);
-  const std::uint64_t own_sample = std::max<std::uint64_t>(sample / busy, 1);
+  // A cut lease is weighed by the figure with the siblings' time slices
+  // taken out (own_launch_sample_ns), times the processes that have work in
+  // flight when it is weighed (cut_per_launch_ns): those the launch would
+  // share the GPU with (the long kernels' gates keep them out of it).
+  // Weighed by the inflated figure, the daemon took the allocation for one
+  // without short kernels and held the GPU idle through another tenant's
+  // short gaps rather than cut a lease for it, and the short kernels, never
+  // run alone again, kept the inflated figure.
+  const std::uint64_t own_sample =
+      own_launch_sample_ns(sample, usage.busy_processes.load(std::memory_order_relaxed));
   const std::uint64_t own = own_per_launch_ns_.load(std::memory_order_relaxed);
   // Published at every batch that may move it: an allocation's processes
   // publish theirs in turn (the daemon looks for short kernels among them).
@@ -972,11 +983,11 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
   const RelaxedCaptureMode relaxed(captures_active());
   const RealDriver& r = real();
   // A per-thread default stream's batches are recorded on the legacy stream
-  // (record_locked), whose record completes only once every blocking
-  // stream's earlier work has: one of them done says the thread's stream
-  // caught up.
+  // where other threads launched on theirs (recordable_stream), and that
+  // record completes only once every blocking stream's earlier work has:
+  // one of them done says the thread's stream caught up.
   const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
-  const CUstream own = legacy || stream == CU_STREAM_PER_THREAD ? nullptr : stream;
+  const CUstream own = legacy ? nullptr : recordable_stream(stream);
   const auto later = std::next(batches_.begin());
   // A batch found done here completed before the oldest one, and gives its
   // per-launch sample now: from its first submission (or the completion of
@@ -998,9 +1009,10 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
   // launch is held, so nothing will be): a mark of no launches there, which
   // a later look finds complete once the stream caught up. On the legacy
   // stream it is a barrier for the blocking streams' later work, as the
-  // held launch there will be. Not for a per-thread stream: on the legacy
-  // stream the mark would hold that stream's later work behind every
-  // blocking stream's, which the program did not ask for.
+  // held launch there will be. Not for a per-thread stream other threads
+  // launched on too: on the legacy stream the mark would hold that stream's
+  // later work behind every blocking stream's, which the program did not
+  // ask for.
   if (!q.stream_recorded && (own != nullptr || legacy) && !stream_is_capturing(own)) {
     if (CUevent ev = record_event_locked(own)) {
       // It covers no launch: its completion says nothing of the launches
@@ -1188,7 +1200,7 @@ void GpuTracker::poll_loop(shm::GpuUsage* usage) noexcept {
         // handle would mean this thread's: record on the legacy stream,
         // which waits for the per-thread streams' earlier work.
         CUstream s = streams_.tail();
-        if (s == CU_STREAM_PER_THREAD) s = nullptr;
+        if (s == CU_STREAM_PER_THREAD) s = nullptr;  // the poller launches nothing
         // After a context's end the next context is unknown until a record
         // learns it: the tail's stream, where it is a stream of its own, says.
         CUcontext of_tail = nullptr;

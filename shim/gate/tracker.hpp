@@ -21,6 +21,7 @@
 #include "shim/driver/cuda_api.hpp"
 #include "shim/gate/batch_streams.hpp"
 #include "shim/gate/estimate.hpp"
+#include "shim/gate/per_thread_stream.hpp"
 #include "shim/gate/poll_wait.hpp"
 #include "shm/layout.hpp"
 
@@ -52,8 +53,9 @@ struct Batch {
   // For a launch held behind an older batch over several streams
   // (beside_queue.hpp): its launches, the one stream its event is on
   // (BatchStreams::none() where joined, nullptr for the legacy stream by
-  // either handle), and whether that event was seen complete while an older
-  // batch was not.
+  // either handle, CU_STREAM_PER_THREAD for the recording thread's own
+  // where it alone launched there), and whether that event was seen
+  // complete while an older batch was not.
   std::uint64_t launches = 0;
   CUstream stream = BatchStreams::none();
   bool seen_done = false;
@@ -74,9 +76,10 @@ enum class SyncScope {
   kContext,  // the whole context's (cuCtxSynchronize)
   // Work on a stream the call does not name (an event's, a copy's): the
   // tail is recorded on its own stream, except a per-thread default stream,
-  // whose handle would mean the caller's (recorded on the legacy stream
-  // instead, it would put a barrier across every blocking stream at each
-  // such call); that tail is left to the poller.
+  // whose handle would mean the caller's: recorded there where the caller
+  // launched the tail and no other thread launched on theirs, else left to
+  // the poller (recorded on the legacy stream at each such call, it would
+  // put a barrier across every blocking stream).
   kUnnamedStream,
 };
 
@@ -139,7 +142,9 @@ class GpuTracker {
     // may have found the queue empty and set kIdle between this launch's
     // gate check and its count: one RMW on the same word orders the two, so
     // either it sees this launch or this launch sees kIdle and marks again.
-    // The stream first: whoever sees this launch counted finds its stream.
+    // The stream first: whoever sees this launch counted finds its stream
+    // (and, on the per-thread stream, whose it is).
+    if (stream == CU_STREAM_PER_THREAD) per_thread_.on_launch(launching_thread_id());
     streams_.on_launch(stream);
     if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
       mark_busy();
@@ -289,6 +294,9 @@ class GpuTracker {
   void settle_gap_locked(shm::GpuUsage& usage, CUevent completed) noexcept;
   CUevent record_start_probe_locked() noexcept;
   CUevent take_event_locked() noexcept;
+  // Where a record for work launched on `stream` goes (the legacy stream for
+  // the per-thread stream of several threads).
+  CUstream recordable_stream(CUstream stream) const noexcept;
   // An event recorded on `stream` (from the pool, else new), or null.
   CUevent record_event_locked(CUstream stream) noexcept;
   // One event for work on several streams: an event on each, waited for by
@@ -317,6 +325,8 @@ class GpuTracker {
   std::atomic<std::uint64_t> tail_first_ns_{0};     // first unrecorded launch (0: none)
   std::atomic<std::uint64_t> tail_last_ns_{0};
   BatchStreams streams_;  // the last launch's stream, and those the batch left behind
+  PerThreadStreamLaunchers
+      per_thread_;  // whether one thread alone launches on its per-thread stream
   std::atomic<std::uint64_t> last_record_ns_{0};
   std::atomic<std::uint32_t> since_record_{0};
   std::atomic<std::uint32_t> wake_word_{0};         // poller FUTEX_WAITs here when idle

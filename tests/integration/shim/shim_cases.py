@@ -612,10 +612,14 @@ def case_stream_cover(h):
       (0.4 s capped at 50).
     - Nor hold the legacy stream's beside a non-blocking stream's long
       kernel (the legacy stream does not wait for non-blocking streams): 200
-      beside a 2 s one. They waited it out before."""
+      beside a 2 s one. They waited it out before.
+    - Nor a per-thread stream's beside a blocking stream's long kernel (the
+      per-thread stream waits for the legacy stream only): 200 beside a 2 s
+      one, one thread launching on its per-thread stream. Recorded on the
+      legacy stream, the gate's events put the long kernel ahead of them."""
     variants = (("non-blocking", "non-blocking"), ("non-blocking", "legacy"),
                 ("legacy", "non-blocking"), ("blocking", "non-blocking"),
-                ("non-blocking", "per-thread"))
+                ("non-blocking", "per-thread"), ("blocking", "per-thread"))
     modes = (("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
              ("capped50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"}))
     for long_stream, short_stream in variants:
@@ -638,7 +642,11 @@ def case_stream_cover(h):
               ("legacy", ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8",
                           "--short-stream", "legacy"],
                "200 short kernels on the legacy stream beside a 2 s one on a non-blocking "
-               "stream", "held until it ended"))
+               "stream", "held until it ended"),
+              ("per-thread", ["--long-us", "2000000", "--short-launches", "200", "--sync-every",
+                              "8", "--short-stream", "per-thread", "--long-stream", "blocking"],
+               "200 short kernels on a per-thread stream beside a 2 s one on a blocking stream",
+               "held until it ended"))
     for mode_name, mode in modes:
         for variant, args, what, why in beside:
             name = f"{mode_name}-{variant}"

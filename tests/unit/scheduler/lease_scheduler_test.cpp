@@ -881,6 +881,43 @@ TEST(LeaseScheduler, ACutLeaseEndsHalfALaunchBeforeTheReturn) {
   EXPECT_GT(got[true].first + got[true].second, 90.0);
 }
 
+TEST(LeaseScheduler, ACutLeaseWeighsTheFigureTimesTheProcessesWithWorkInFlight) {
+  // The weight-1 allocation publishes a per-launch figure of 2.5 ms (not
+  // short, not long) with its processes' time slices of each other taken
+  // out; a launch takes it times the processes with work in flight. With
+  // one, it fits a cut lease in the weight-3 tenant's 4 ms host gap (about
+  // 3 ms: it ends within kCutLeaseOverrunNs of the cut). With two, each
+  // launch would take 5 ms and its gate would start none there: the cut
+  // lease would sit idle and be charged, so it is granted a whole one. A
+  // forged count is bounded (shm::kMaxSlots).
+  for (const std::uint32_t busy : {1u, 2u, 100'000u}) {
+    Sim sim;
+    sim.add(1, burst(1),
+            {.overrun_ns = 2500 * kUs, .queue_in_lease = true, .kernel_ns = 2500 * kUs});
+    sim.add(2, burst(3));          // syncs before its host work: nothing queued then
+    host_gap_steps(sim, 4 * kMs);  // learns the weight-3 tenant's gaps
+    SimTenant& back = sim.tenants[2];
+    const std::uint64_t start = back.gpu_ns;
+    back.busy = true;
+    while (back.gpu_ns < start + 4 * kMs && sim.now < kT0 + 10'000 * kMs) sim.run(100 * kUs);
+    back.busy = false;
+    // Only from here: a busy count the simulated GPU does not clear would
+    // keep the allocation's drain from being seen.
+    sim.tenants[1].signals.busy_processes = busy;
+    const std::uint64_t left = sim.now;
+    while (sim.sched.holder() != 1u && sim.now < left + 2 * kMs) sim.run(100 * kUs);
+    ASSERT_EQ(sim.sched.holder(), 1u) << busy << " busy";
+    if (busy == 1) {
+      EXPECT_TRUE(sim.lease_cut);
+      EXPECT_LT(sim.lease_expiry, left + 4 * kMs);  // before the return
+      EXPECT_GE(sim.lease_expiry + shm::kCutLeaseOverrunNs, sim.now + 2500 * kUs);
+    } else {
+      EXPECT_FALSE(sim.lease_cut) << busy << " busy";
+      EXPECT_GT(sim.lease_expiry, left + 4 * kMs) << busy << " busy";
+    }
+  }
+}
+
 TEST(LeaseScheduler, AHolderWhoseGateKeepsItsLaunchesOutOfCutLeasesGetsWholeOnes) {
   // Weights 1:3, the weight-3 tenant with host gaps, the weight-1 one with
   // 1 ms kernels whose gate holds a per-launch figure of 4.4 ms (one inflated

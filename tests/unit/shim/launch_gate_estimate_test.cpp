@@ -101,6 +101,19 @@ TEST(PerLaunchFigure, AMovingAverageThatSmallBatchesMayOnlyLower) {
   EXPECT_EQ(next_per_launch_ns(1'000'000, 200'000, false), 900'000u);
 }
 
+TEST(PerLaunchFigure, TheOwnSampleTakesTheSiblingsTimeSlicesOut) {
+  // 1 ms kernels time-sliced with a sibling's 20 ms ones measured 2.2 ms a
+  // launch: with the two processes busy, 1.1 ms, under the daemon's
+  // short-kernel mark (2 ms) as when it runs alone.
+  EXPECT_EQ(own_launch_sample_ns(2'200'000, 2), 1'100'000u);
+  // Alone (or the count already cleared by the time it is read): whole.
+  EXPECT_EQ(own_launch_sample_ns(2'200'000, 1), 2'200'000u);
+  EXPECT_EQ(own_launch_sample_ns(2'200'000, 0), 2'200'000u);
+  // Never 0 ("not measured"), whatever count a tenant forged.
+  EXPECT_EQ(own_launch_sample_ns(2'200'000, 0xffffffffu), 1u);
+  EXPECT_EQ(own_launch_sample_ns(1, 3), 1u);
+}
+
 TEST(PerLaunchFigure, OneInflatedSampleMovesItLittleAndLongerKernelsAreFollowed) {
   // 1 ms kernels, one batch measured 28 ms (it waited behind another
   // context): the figure stays below the 2.6 ms a 1.6 ms cut lease admits

@@ -324,11 +324,13 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
         break;
       case GateStep::kSleep:
         throttled = true;
+        tr.record_own_tail();
         sleep_ns(action.ns);
         break;
       case GateStep::kWaitForLease: {
         asked = true;
         throttled = true;
+        tr.record_own_tail();
         // The word first, then the expiry again: a grant between the
         // snapshot and the wait changes the word, so it is never slept
         // through.
@@ -348,6 +350,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
       case GateStep::kWaitForNextLease: {
         asked = true;
         throttled = true;
+        tr.record_own_tail();
         const std::uint32_t seen = gl.lease_futex.load(std::memory_order_acquire);
         if (gl.lease_expiry_ns.load(std::memory_order_acquire) != snap.lease_expiry_ns) break;
         shm::futex_wait(gl.lease_futex, seen, action.ns);

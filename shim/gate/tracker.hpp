@@ -146,11 +146,16 @@ class GpuTracker {
     // (and, on the per-thread stream, whose it is).
     if (stream == CU_STREAM_PER_THREAD) per_thread_.on_launch(launching_thread_id());
     streams_.on_launch(stream);
+    // Stamped before it is counted (and before begin_tail wakes the poller):
+    // the poller records a tail once its newest launch is a batch old, and
+    // one that found this launch counted with the stamp of the launch before
+    // (a long kernel after a sync, say) recorded it alone at once, a batch
+    // of one stream the launches that follow on others were held behind.
+    tail_last_ns_.store(now, std::memory_order_relaxed);
     if (submitted_.fetch_add(1, std::memory_order_seq_cst) & kIdle) [[unlikely]]
       mark_busy();
     if (tail_first_ns_.load(std::memory_order_relaxed) == 0) [[unlikely]]
       begin_tail(now);
-    tail_last_ns_.store(now, std::memory_order_relaxed);
     // Load + store, not an RMW: racing launchers at worst delay a record.
     const std::uint32_t n = since_record_.load(std::memory_order_relaxed) + 1;
     since_record_.store(n, std::memory_order_relaxed);
@@ -207,6 +212,19 @@ class GpuTracker {
   void before_sync(CUstream stream, SyncScope scope) noexcept;
   TailRecord record_tail(CUstream stream, SyncScope scope) noexcept;
   void after_sync() noexcept;
+  // A thread about to sleep at the gate (a closed duty-cycle slot, a lease
+  // to wait for) that alone launches on its per-thread default stream and
+  // launched the unrecorded tail there: the tail gets its event on that
+  // stream now. Left to the poller, which launches nothing, it would go on
+  // the legacy stream 250 µs later, a barrier behind every blocking
+  // stream's work (per_thread_stream.hpp). Lock-free when there is nothing
+  // to record.
+  void record_own_tail() noexcept {
+    if (!has_tail() || streams_.tail() != CU_STREAM_PER_THREAD ||
+        !per_thread_.only(launching_thread_id()))
+      return;
+    (void)record_tail(CU_STREAM_PER_THREAD, SyncScope::kStream);
+  }
   // The application queries work of this process (SyncScope) at `now` (the
   // gate's clock). Where poll_wait.hpp says the query is a wait, the tail
   // gets its event first, as before a sync, so the poller sees the work

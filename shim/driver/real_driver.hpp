@@ -154,6 +154,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, kRequired)                                        \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000, kRequired)                                        \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000, kRequired)                             \
+  X(cuStreamGetFlags, PFN_cuStreamGetFlags_v5050, kOptional)                                    \
   X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, kRequired)                                  \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, kRequired) \
   X(cuEventCreate, PFN_cuEventCreate_v2000, kRequired)                                          \

@@ -1,4 +1,4 @@
-// What the streams have queued beside a batch over several streams that is
+// What the streams have queued beside a batch of other streams that is
 // still running (gate/tracker.hpp): the launches behind that oldest batch
 // are in batches of their own, and those recorded on one stream alone
 // complete in that stream's order. A launch held by the queue bound behind
@@ -46,6 +46,24 @@ struct BesideQueue {
   // More streams than the scan keeps track of: nothing goes beside.
   bool too_many_streams = false;
 };
+
+// Whether a launch held behind the oldest batch may look past it at its own
+// stream's queue (beside_queue): that batch covers several streams, or is
+// recorded on one stream (`oldest_stream`, nullptr for the legacy one)
+// other than `own`, the launch's as its records go (nullptr for the legacy
+// stream, by either handle), that the launch's does not wait for: a
+// blocking stream, a per-thread one included, runs after the legacy
+// stream's earlier work, so behind a batch of the legacy stream's alone
+// only a stream that `own_non_blocking()` says is non-blocking looks (asked
+// only then: it is a driver call). Behind a blocking stream's batch the
+// legacy stream looks, and its records tell that it waits.
+template <class NonBlocking>
+bool looks_beside(bool oldest_several_streams, CUstream oldest_stream, CUstream own,
+                  NonBlocking&& own_non_blocking) {
+  if (oldest_several_streams) return true;
+  if (oldest_stream == own) return false;
+  return oldest_stream != nullptr || own_non_blocking();
+}
 
 // Streams the scans keep track of behind the oldest batch.
 inline constexpr std::size_t kBesideStreams = 16;

@@ -967,19 +967,27 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
 // another, and a batch over several streams completes with the slowest: a
 // long kernel on one stream would hold the launches on every other until it
 // ended, though they would run beside it (and a kernel that waits for work
-// launched later on another stream would never end). A launch whose stream
-// has nothing queued starts at once beside it, and one whose stream caught
-// up with it keeps up to the lease's queue of its own behind it: it goes.
-// The legacy stream's launches too, where the long kernel is on a
-// non-blocking stream (its own batches then complete beside it).
-bool GpuTracker::oldest_covers_streams_locked() const noexcept {
-  return !batches_.empty() && batches_.front().several_streams;
+// launched later on another stream would never end). So would a long
+// kernel's batch on its stream alone (recorded so when its process launched
+// nothing else for a while). A launch whose stream has nothing queued
+// starts at once beside it, and one whose stream caught up with it keeps up
+// to the lease's queue of its own behind it: it goes. The legacy stream's
+// launches too, where the long kernel is on a non-blocking stream (its own
+// batches then complete beside it). A launch on the oldest batch's own
+// stream waits for it, and so does one on a blocking stream (a per-thread
+// one too) behind the legacy stream's batch: the driver runs it after that.
+bool GpuTracker::beside_oldest_locked(CUstream stream) const noexcept {
+  if (batches_.empty()) return false;
+  const Batch& oldest = batches_.front();
+  const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
+  return looks_beside(oldest.several_streams, oldest.stream,
+                      legacy ? nullptr : recordable_stream(stream),
+                      [&] { return non_blocking(stream); });
 }
 
 bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t beside_ns,
                                              shm::GpuUsage& usage) noexcept {
-  if (beside_ns == 0 || !oldest_covers_streams_locked() || stream_is_capturing(stream))
-    return false;
+  if (beside_ns == 0 || !beside_oldest_locked(stream) || stream_is_capturing(stream)) return false;
   const RelaxedCaptureMode relaxed(captures_active());
   const RealDriver& r = real();
   // A per-thread default stream's batches are recorded on the legacy stream
@@ -1038,25 +1046,32 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
   return !legacy && r.cuStreamQuery(stream) == CUDA_SUCCESS;
 }
 
+bool GpuTracker::non_blocking(CUstream stream) const noexcept {
+  const RealDriver& r = real();
+  unsigned flags = 0;
+  return stream != CU_STREAM_PER_THREAD && r.cuStreamGetFlags &&
+         r.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING);
+}
+
 bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
                                    std::uint64_t beside_ns, shm::GpuUsage& usage) noexcept {
   if (per_launch_ns_.load(std::memory_order_relaxed) != 0 && excess_ns > 0) {
     // Wait about as long as the GPU needs to get below the horizon, so the
     // queue never runs dry while we wait (the poller keeps the count right).
-    bool several = false;
+    bool beside = false;
     {
       std::lock_guard lock(mu_);
-      // Behind a batch over several streams, launches go beside it one by
-      // one through here: a record each would make a batch (and an event)
+      // Behind a batch of other streams, launches go beside it one by one
+      // through here: a record each would make a batch (and an event)
       // per launch while that batch runs. At the fast path's interval.
       const std::uint64_t now = shm::monotonic_ns();
       if (has_tail() && !stream_is_capturing(stream) &&
-          !(beside_ns != 0 && oldest_covers_streams_locked() &&
+          !(beside_ns != 0 && beside_oldest_locked(stream) &&
             now < last_record_ns_.load(std::memory_order_relaxed) + kRecordIntervalNs)) {
         record_locked(stream, now, &usage);
       }
       if (beside_oldest_allows_locked(stream, beside_ns, usage)) return true;
-      several = beside_ns != 0 && oldest_covers_streams_locked();
+      beside = beside_ns != 0 && beside_oldest_locked(stream);
     }
     ensure_poller(usage);
     // The poller may not have run since the GPU finished a batch (at normal
@@ -1072,10 +1087,10 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     publish_expected_drain(shm::monotonic_ns(), usage);
     // Wake on the next completed batch or after about the excess, whichever
     // comes first: an estimate that is too high never idles the GPU long.
-    // Behind a batch over several streams, after about one launch (at least
+    // Behind a batch of other streams, after about one launch (at least
     // kBesidePollNs): this stream may be done long before that batch is.
     std::uint64_t wait = excess_ns;
-    if (several)
+    if (beside)
       wait =
           std::min(wait, std::max(per_launch_ns_.load(std::memory_order_relaxed), kBesidePollNs));
     progress_waiters_.fetch_add(1, std::memory_order_acq_rel);
@@ -1084,17 +1099,17 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
     return false;
   }
   CUevent ev = nullptr;
-  bool several = false;
+  bool beside = false;
   {
     std::lock_guard lock(mu_);
     if (batches_.empty() && !stream_is_capturing(stream)) {
       record_locked(stream, shm::monotonic_ns(), &usage);
     }
     if (beside_oldest_allows_locked(stream, beside_ns, usage)) return true;
-    several = beside_ns != 0 && oldest_covers_streams_locked();
+    beside = beside_ns != 0 && beside_oldest_locked(stream);
     // Not while a context's end waits for the waits to be over. Not a batch
-    // over several streams either: this stream may be done long before it.
-    if (!batches_.empty() && ending_ == 0 && !several) {
+    // of other streams either: this stream may be done long before it.
+    if (!batches_.empty() && ending_ == 0 && !beside) {
       ev = batches_.front().event;
       waits_out_.fetch_add(1, std::memory_order_relaxed);  // under the lock: see ContextEnding
     }
@@ -1102,8 +1117,8 @@ bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,
   ensure_poller(usage);
   if (!ev) {
     // Only work queued into a capture (or record failed): nothing to wait
-    // on. Or the oldest batch covers several streams: a look again soon.
-    timespec ts{.tv_sec = 0, .tv_nsec = several ? static_cast<long>(kBesidePollNs) : 200'000};
+    // on. Or the oldest batch is other streams': a look again soon.
+    timespec ts{.tv_sec = 0, .tv_nsec = beside ? static_cast<long>(kBesidePollNs) : 200'000};
     nanosleep(&ts, nullptr);
     return false;
   }

@@ -290,13 +290,17 @@ class GpuTracker {
   // context's end waits for it to return before the driver destroys the
   // event (ContextEnding).
   CUresult wait_for_event(CUevent ev) noexcept;
-  // Whether the oldest batch covers several streams.
-  bool oldest_covers_streams_locked() const noexcept;
-  // Whether it does while `stream` has nothing queued, or less than
+  // Whether a launch on `stream` may look past the oldest batch: that batch
+  // covers several streams, or is recorded on one other than the launch's.
+  bool beside_oldest_locked(CUstream stream) const noexcept;
+  // Whether it may and its stream has nothing queued, or less than
   // `beside_ns` of work behind it (queries of it and of the later batches'
   // events, in the relaxed mode during a capture).
   bool beside_oldest_allows_locked(CUstream stream, std::uint64_t beside_ns,
                                    shm::GpuUsage& usage) noexcept;
+  // Whether `stream` was made non-blocking (it does not wait for the legacy
+  // stream's work; the per-thread default stream does).
+  bool non_blocking(CUstream stream) const noexcept;
   // A batch's GPU time per launch, `launches` over `span_ns`, moves the
   // per-launch figure (estimate.hpp; only down unless `may_raise`) and is
   // published.

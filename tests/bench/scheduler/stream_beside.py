@@ -36,6 +36,20 @@ SHAPES = [
     ("800 × 100 µs on a per-thread stream, every 8, the long one blocking",
      ["--short-launches", "800", "--sync-every", "8", "--short-stream", "per-thread",
       "--long-stream", "blocking"]),
+    # The long kernel's stream alone has work since the warm-up's sync, and
+    # the short ones come 5 ms after it: the gate's poller records it alone.
+    ("800 × 100 µs, every 8, 5 ms after the long one",
+     ["--short-launches", "800", "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+      "long"]),
+    ("800 × 100 µs on the legacy stream, every 8, 5 ms after the long one",
+     ["--short-launches", "800", "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+      "long", "--short-stream", "legacy"]),
+    ("800 × 100 µs, every 8, 5 ms after the long one on the legacy stream",
+     ["--short-launches", "800", "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+      "long", "--long-stream", "legacy"]),
+    ("800 × 100 µs, every 8, 5 ms after the long one, both blocking",
+     ["--short-launches", "800", "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+      "long", "--long-stream", "blocking", "--short-stream", "blocking"]),
 ]
 MODES = [("driver alone", None),
          ("shim, burst", {"CUSHARE_COMPUTE_MODE": "burst"}),

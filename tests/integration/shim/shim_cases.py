@@ -616,7 +616,14 @@ def case_stream_cover(h):
     - Nor a per-thread stream's beside a blocking stream's long kernel (the
       per-thread stream waits for the legacy stream only): 200 beside a 2 s
       one, one thread launching on its per-thread stream. Recorded on the
-      legacy stream, the gate's events put the long kernel ahead of them."""
+      legacy stream, the gate's events put the long kernel ahead of them.
+    - Nor hold them where the long kernel's process launched nothing for a
+      while after it (5 ms): the gate's poller records it in a batch of its
+      own, on its stream alone, and the short ones on another stream run
+      beside it all the same (a non-blocking stream beside a non-blocking
+      one or the legacy stream, the legacy stream beside a non-blocking one).
+      Before, the beside rule applied only behind a batch over several
+      streams, and they waited the 2 s out."""
     variants = (("non-blocking", "non-blocking"), ("non-blocking", "legacy"),
                 ("legacy", "non-blocking"), ("blocking", "non-blocking"),
                 ("non-blocking", "per-thread"), ("blocking", "per-thread"))
@@ -646,7 +653,21 @@ def case_stream_cover(h):
               ("per-thread", ["--long-us", "2000000", "--short-launches", "200", "--sync-every",
                               "8", "--short-stream", "per-thread", "--long-stream", "blocking"],
                "200 short kernels on a per-thread stream beside a 2 s one on a blocking stream",
-               "held until it ended"))
+               "held until it ended"),
+              ("paused", ["--long-us", "2000000", "--short-launches", "200", "--sync-every",
+                          "8", "--pause-us", "5000", "--warmup-on", "long"],
+               "200 short kernels beside a 2 s one launched 5 ms before them",
+               "held until it ended"),
+              ("paused-legacy", ["--long-us", "2000000", "--short-launches", "200",
+                                 "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+                                 "long", "--short-stream", "legacy"],
+               "200 short kernels on the legacy stream beside a 2 s one on a non-blocking "
+               "stream launched 5 ms before them", "held until it ended"),
+              ("paused-from-legacy", ["--long-us", "2000000", "--short-launches", "200",
+                                      "--sync-every", "8", "--pause-us", "5000", "--warmup-on",
+                                      "long", "--long-stream", "legacy"],
+               "200 short kernels on a non-blocking stream beside a 2 s one on the legacy "
+               "stream launched 5 ms before them", "held until it ended"))
     for mode_name, mode in modes:
         for variant, args, what, why in beside:
             name = f"{mode_name}-{variant}"

@@ -1,6 +1,7 @@
 // stream_cover_probe: after a warm-up of short kernels, one long kernel on
 // one stream, then short ones on another, synchronised every few, then a wait
-// for the long one (linked with -lcuda, run with the shim preloaded). A GPU
+// for the long one (linked with -lcuda, run with the shim preloaded), with a
+// host pause between the long kernel and the short ones if asked. A GPU
 // runs the two streams side by side, so the short ones end long before the
 // long one: a batch of launches the launch gate took as done once its record
 // on the short kernels' stream completed would publish the long kernel's work
@@ -62,6 +63,8 @@ int main(int argc, char** argv) try {
   int short_launches = 2;
   int sync_every = 2;
   int warmup = 200;
+  std::uint64_t pause_us = 0;
+  std::string warmup_on = "short";
   std::string long_stream = "non-blocking";
   std::string short_stream = "non-blocking";
   CLI::App app{"a long kernel on one stream, short ones synchronised on another"};
@@ -75,6 +78,13 @@ int main(int argc, char** argv) try {
                  "short kernels, synchronised, before the long one (a gate that has measured "
                  "none holds launches until its first batch ends)")
       ->check(CLI::Range(0, 1'000'000));
+  app.add_option("--pause-us", pause_us,
+                 "host time between the long kernel's launch and the first short one (the "
+                 "gate's poller records a tail left this long on its own)");
+  app.add_option("--warmup-on", warmup_on,
+                 "the warm-up's stream: the short kernels' or the long one's (then nothing but "
+                 "the long kernel's stream has work between the warm-up's sync and it)")
+      ->check(CLI::IsMember({"short", "long"}));
   const std::vector<std::string> kinds{"blocking", "non-blocking", "legacy", "per-thread"};
   app.add_option("--long-stream", long_stream, "the long kernel's stream")
       ->check(CLI::IsMember(kinds));
@@ -93,13 +103,19 @@ int main(int argc, char** argv) try {
   CUstream short_s = make_stream(short_stream);
 
   for (int i = 1; i <= warmup; ++i) {
-    expect(launch_spin(spin, short_s, short_us), "a warm-up cuLaunchKernel");
+    expect(launch_spin(spin, warmup_on == "long" ? long_s : short_s, short_us),
+           "a warm-up cuLaunchKernel");
     if (i % sync_every == 0 || i == warmup) expect(cuCtxSynchronize(), "cuCtxSynchronize");
   }
 
   const std::uint64_t before = monotonic_ns();
   expect(launch_spin(spin, long_s, long_us), "the long cuLaunchKernel");
   const std::uint64_t after = monotonic_ns();
+  if (pause_us != 0) {
+    const timespec pause{.tv_sec = static_cast<time_t>(pause_us / 1'000'000),
+                         .tv_nsec = static_cast<long>(pause_us % 1'000'000 * 1000)};
+    nanosleep(&pause, nullptr);
+  }
   for (int i = 1; i <= short_launches; ++i) {
     expect(launch_spin(spin, short_s, short_us), "a short cuLaunchKernel");
     if (i % sync_every == 0 || i == short_launches)

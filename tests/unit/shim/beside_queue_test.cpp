@@ -1,10 +1,11 @@
-// What the streams have queued beside a batch over several streams
-// (shim/gate/beside_queue.hpp), with the driver's event query faked.
+// What the streams have queued beside a batch of other streams
+// (shim/gate/beside_queue.hpp), with the driver's queries faked.
 #include "shim/gate/beside_queue.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,54 @@ Scan scan(std::vector<FakeBatch>& later, CUstream s, std::uint64_t now = kNow) {
                                  b.done_seen_ns - std::max(b.first_submit_ns, previous_ns));
       });
   return out;
+}
+
+// Counts the driver calls `looks_beside` makes to tell a non-blocking stream.
+struct FlagsQuery {
+  bool non_blocking = false;
+  int calls = 0;
+  bool operator()() {
+    ++calls;
+    return non_blocking;
+  }
+};
+
+TEST(LooksBeside, BehindABatchOverSeveralStreamsEveryStreamLooks) {
+  FlagsQuery flags;
+  EXPECT_TRUE(looks_beside(true, BatchStreams::none(), stream(1), std::ref(flags)));
+  EXPECT_TRUE(looks_beside(true, BatchStreams::none(), nullptr, std::ref(flags)));
+  EXPECT_EQ(flags.calls, 0);
+}
+
+TEST(LooksBeside, BehindAnotherStreamsBatchAloneTheLaunchLooks) {
+  // The long kernel's batch recorded on its stream alone (the poller's
+  // record of a tail of one launch): a launch on any other stream looks,
+  // the legacy one too, which its records then tell waits where it must.
+  FlagsQuery flags;
+  EXPECT_TRUE(looks_beside(false, stream(1), stream(2), std::ref(flags)));
+  EXPECT_TRUE(looks_beside(false, stream(1), nullptr, std::ref(flags)));
+  EXPECT_TRUE(looks_beside(false, CU_STREAM_PER_THREAD, stream(2), std::ref(flags)));
+  EXPECT_EQ(flags.calls, 0);
+}
+
+TEST(LooksBeside, ALaunchOnTheOldestBatchsOwnStreamWaitsForIt) {
+  FlagsQuery flags{.non_blocking = true};
+  EXPECT_FALSE(looks_beside(false, stream(1), stream(1), std::ref(flags)));
+  EXPECT_FALSE(looks_beside(false, nullptr, nullptr, std::ref(flags)));
+  EXPECT_FALSE(looks_beside(false, CU_STREAM_PER_THREAD, CU_STREAM_PER_THREAD, std::ref(flags)));
+  EXPECT_EQ(flags.calls, 0);
+}
+
+TEST(LooksBeside, BehindTheLegacyStreamsBatchOnlyANonBlockingStreamLooks) {
+  // A blocking stream (and a per-thread one) runs after the legacy
+  // stream's earlier work: it waits for the batch, as the driver does.
+  FlagsQuery blocking{.non_blocking = false};
+  EXPECT_FALSE(looks_beside(false, nullptr, stream(2), std::ref(blocking)));
+  EXPECT_FALSE(looks_beside(false, nullptr, CU_STREAM_PER_THREAD, std::ref(blocking)));
+  EXPECT_EQ(blocking.calls, 2);
+  FlagsQuery non_blocking{.non_blocking = true};
+  EXPECT_TRUE(looks_beside(false, nullptr, stream(2), std::ref(non_blocking)));
+  EXPECT_EQ(non_blocking.calls, 1);
 }
 
 TEST(BesideQueue, NothingOfTheStreamBehindTheOldestBatchSaysNothingOfIt) {

@@ -8,9 +8,11 @@ every stream they went to (a join stream waits for each), so:
   can have ended (a 400 ms kernel, then two short ones synchronised);
 - and 200 short kernels beside a 2 s one are not held at the gate until it
   ends (a launch whose stream has nothing queued goes beside a batch over
-  several streams), nor 5000 of 20 us synchronised only at the end beside a
-  1 s one kept to one in flight at a time (the stream keeps a queue of its
-  own up to the horizon); their time against the driver alone's.
+  several streams, or one of another stream alone: "paused", the short
+  ones 5 ms after the long one, which the gate's poller then records on
+  its own), nor 5000 of 20 us synchronised only at the end beside a 1 s one
+  kept to one in flight at a time (the stream keeps a queue of its own up
+  to the horizon); their time against the driver alone's.
 The stream_cover_probe of ctest shim.stream_cover."""
 
 import os
@@ -25,6 +27,7 @@ from .common import run_json_probe
 MODES = [("burst", {"CUSHARE_COMPUTE_MODE": "burst"}),
          ("capped 50", {"CUSHARE_COMPUTE_MODE": "capped", "CUSHARE_COMPUTE_LIMIT": "50"})]
 BESIDE = ["--long-us", "2000000", "--short-launches", "200", "--sync-every", "8"]
+PAUSED = BESIDE + ["--pause-us", "5000", "--warmup-on", "long"]
 DEEP = ["--long-us", "1000000", "--short-us", "20", "--short-launches", "5000",
         "--sync-every", "5000"]
 
@@ -58,7 +61,7 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
     for name, mode in MODES:
         tag = name.replace(" ", "")
         for what, args in (("cover", ["--long-us", "400000"]), ("beside", BESIDE),
-                           ("deep", DEEP)):
+                           ("paused", PAUSED), ("deep", DEEP)):
             folder = suite.alloc_dir(suite.node_run_dir(f"cover-{what}-{tag}"), "a")
             with drain_marks.DrainSampler(folder) as sampler:
                 shimmed = run_json_probe(suite, d, f"cover-{what}-{tag}",
@@ -86,8 +89,10 @@ def run(suite: Suite, r: CheckResult, d: Deadline) -> None:
                           None if not deep_side_by_side else bool(pending),
                           note="" if deep_side_by_side else
                           "the driver ran them after the long one")
-            if what == "beside":
-                r.measure(f"{name}: 200 short kernels beside a 2 s one not held until it ends",
+            if what in ("beside", "paused"):
+                later = " launched 5 ms before them" if what == "paused" else ""
+                r.measure(f"{name}: 200 short kernels beside a 2 s one{later} not held until "
+                          "it ends",
                           "ended while it ran, as on the driver alone",
                           f"{pending}, {out.get('short_phase_ns', 0) / 1e6:.0f} ms",
                           None if not side_by_side else bool(pending),

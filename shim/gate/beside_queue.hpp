@@ -47,29 +47,38 @@ struct BesideQueue {
   bool too_many_streams = false;
 };
 
-// Whether a launch held behind the oldest batch may look past it at its own
-// stream's queue (beside_queue): that batch covers several streams, or is
-// recorded on one stream (`oldest_stream`, nullptr for the legacy one)
-// other than `own`, the launch's as its records go (nullptr for the legacy
-// stream, by either handle), that the launch's does not wait for: a
-// blocking stream, a per-thread one included, runs after the legacy
-// stream's earlier work, so behind a batch of the legacy stream's alone
-// only a stream that `own_non_blocking()` says is non-blocking looks (asked
-// only then: it is a driver call). Behind a blocking stream's batch the
-// legacy stream looks, and its records tell that it waits.
+// Whether a launch on `launch` held behind the oldest batch may look past
+// it at its own stream's queue (beside_queue): that batch covers several
+// streams, or is recorded on one stream alone (`oldest`: nullptr for the
+// legacy stream, CU_STREAM_PER_THREAD for its recording thread's own) that
+// the launch's stream does not wait for. `own` is the launch's stream as
+// its records go (recordable_stream; nullptr for the legacy stream by
+// either handle). In the driver the legacy stream waits for every blocking
+// stream's earlier work, and a blocking stream, a per-thread one included,
+// for the legacy stream's: so behind a blocking stream's batch the legacy
+// stream does not look, nor a blocking stream behind the legacy stream's
+// (`oldest_non_blocking`: the oldest batch's stream was made non-blocking;
+// `own_non_blocking()` asks the same of the launch's, a driver call, only
+// where that decides). Nor does a per-thread default stream behind a batch
+// of one (its own, or another thread's, whose records wait where it does).
+// Those launches wait for the batch instead of looking again every
+// kBesidePollNs until it ends.
 template <class NonBlocking>
-bool looks_beside(bool oldest_several_streams, CUstream oldest_stream, CUstream own,
-                  NonBlocking&& own_non_blocking) {
+bool looks_beside(bool oldest_several_streams, CUstream oldest, bool oldest_non_blocking,
+                  CUstream launch, CUstream own, NonBlocking&& own_non_blocking) {
   if (oldest_several_streams) return true;
-  if (oldest_stream == own) return false;
-  return oldest_stream != nullptr || own_non_blocking();
+  if (oldest == own) return false;
+  if (launch == CU_STREAM_PER_THREAD && oldest == CU_STREAM_PER_THREAD) return false;
+  if (launch == nullptr || launch == CU_STREAM_LEGACY) return oldest_non_blocking;
+  return oldest != nullptr || own_non_blocking();
 }
 
 // Streams the scans keep track of behind the oldest batch.
 inline constexpr std::size_t kBesideStreams = 16;
 
-// Scans the batches behind the oldest, [first, last), at `now`, querying
-// each not yet seen done with `done(batch)`, marking those found done, and
+// Scans the batches behind the oldest, [first, last) (the oldest recorded
+// on `oldest_stream` alone, BatchStreams::none() where it joined several),
+// at `now`, querying each not yet seen done with `done(batch)`, marking those found done, and
 // handing each found done on a stream alone, with launches, to
 // `sample(batch, previous_ns)`: previous_ns is when the batch before it on
 // that stream was seen done (0: none behind the oldest), so the batch ran
@@ -77,8 +86,8 @@ inline constexpr std::size_t kBesideStreams = 16;
 // a batch of a stream that has not completed, none of that stream's is
 // queried (they complete in order).
 template <class It, class Done, class Sample>
-BesideQueue beside_queue(It first, It last, CUstream stream, std::uint64_t now, Done&& done,
-                         Sample&& sample) {
+BesideQueue beside_queue(It first, It last, CUstream oldest_stream, CUstream stream,
+                         std::uint64_t now, Done&& done, Sample&& sample) {
   struct Seen {
     CUstream stream;
     std::uint64_t done_ns;  // when its latest batch was seen done (0: none yet)
@@ -86,6 +95,11 @@ BesideQueue beside_queue(It first, It last, CUstream stream, std::uint64_t now, 
   };
   std::array<Seen, kBesideStreams> seen{};
   std::size_t count = 0;
+  // The oldest batch is not known done: its stream's later batches complete
+  // after it (one found done meanwhile would date the long kernel's end as
+  // its own, a sample of the whole kernel).
+  if (oldest_stream != BatchStreams::none())
+    seen[count++] = {.stream = oldest_stream, .done_ns = 0, .behind = true};
   BesideQueue q;
   for (; first != last; ++first) {
     auto& b = *first;

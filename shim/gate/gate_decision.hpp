@@ -225,7 +225,7 @@ struct GateAction {
   // kWaitForProgress of the queue bound (not the duty cycle's own launch
   // first), with room in the lease (or window) for one launch: one whose
   // stream has nothing queued may start beside the queue instead, and one
-  // whose stream caught up with a batch over several streams may keep this
+  // whose stream caught up with a batch of other streams may keep this
   // much of its own work queued, itself included: the horizon, within what
   // is left of the lease (docs/scheduler.md, "A long kernel on another
   // stream"). 0: not beside.

@@ -314,7 +314,7 @@ CUresult slow_path(const AllocationState& st, unsigned gpu, CUstream stream) noe
     demand.count();
     switch (action.step) {
       case GateStep::kWaitForProgress:
-        // Its stream idle, or short, beside a batch over several streams:
+        // Its stream idle, or short, beside a batch of other streams:
         // it starts at once, whatever the estimate says of the others (the
         // queue bound only, with room for it in the lease).
         if (tr.wait_for_progress(stream, action.ns, action.beside_ns, gu)) {

@@ -459,7 +459,8 @@ void GpuTracker::record_locked(CUstream stream, std::uint64_t now, shm::GpuUsage
                       .launches = end - recorded_count_.load(std::memory_order_relaxed),
                       .stream = joined                      ? BatchStreams::none()
                                 : on[0] == CU_STREAM_LEGACY ? nullptr
-                                                            : on[0]});
+                                                            : on[0],
+                      .non_blocking = !joined && non_blocking(on[0])});
   if (batches_.size() == 1) {
     oldest_batch_end_.store(end, std::memory_order_relaxed);
     oldest_batch_ns_.store(first, std::memory_order_release);
@@ -973,14 +974,15 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
 // starts at once beside it, and one whose stream caught up with it keeps up
 // to the lease's queue of its own behind it: it goes. The legacy stream's
 // launches too, where the long kernel is on a non-blocking stream (its own
-// batches then complete beside it). A launch on the oldest batch's own
-// stream waits for it, and so does one on a blocking stream (a per-thread
-// one too) behind the legacy stream's batch: the driver runs it after that.
+// batches then complete beside it). A launch the driver runs after the
+// oldest batch waits for it (looks_beside: its own stream's, the legacy
+// stream behind a blocking stream's, a blocking one behind the legacy
+// stream's).
 bool GpuTracker::beside_oldest_locked(CUstream stream) const noexcept {
   if (batches_.empty()) return false;
   const Batch& oldest = batches_.front();
   const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
-  return looks_beside(oldest.several_streams, oldest.stream,
+  return looks_beside(oldest.several_streams, oldest.stream, oldest.non_blocking, stream,
                       legacy ? nullptr : recordable_stream(stream),
                       [&] { return non_blocking(stream); });
 }
@@ -1003,9 +1005,10 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
   // gives none (complete_front_locked). Seen on the CPU only when a held
   // launch looks, its end may be late by a host pause: such a sample may
   // lower the figure, never raise it.
+  const Batch& oldest = batches_.front();
   BesideQueue q = beside_queue(
-      later, batches_.end(), own, shm::monotonic_ns(),
-      [&](const Batch& b) { return r.cuEventQuery(b.event) == CUDA_SUCCESS; },
+      later, batches_.end(), oldest.several_streams ? BatchStreams::none() : oldest.stream, own,
+      shm::monotonic_ns(), [&](const Batch& b) { return r.cuEventQuery(b.event) == CUDA_SUCCESS; },
       [&](const Batch& b, std::uint64_t previous_ns) {
         const std::uint64_t began = std::max(b.first_submit_ns, previous_ns);
         if (b.done_seen_ns > began)
@@ -1031,7 +1034,8 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
                           .end_count = recorded_count_.load(std::memory_order_relaxed),
                           .first_submit_ns = before,
                           .last_submit_ns = before,
-                          .stream = own});
+                          .stream = own,
+                          .non_blocking = non_blocking(own)});
     }
   }
   // Launches not recorded yet (wait_for_progress records behind such a batch
@@ -1049,8 +1053,9 @@ bool GpuTracker::beside_oldest_allows_locked(CUstream stream, std::uint64_t besi
 bool GpuTracker::non_blocking(CUstream stream) const noexcept {
   const RealDriver& r = real();
   unsigned flags = 0;
-  return stream != CU_STREAM_PER_THREAD && r.cuStreamGetFlags &&
-         r.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING);
+  return stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD &&
+         r.cuStreamGetFlags && r.cuStreamGetFlags(stream, &flags) == CUDA_SUCCESS &&
+         (flags & CU_STREAM_NON_BLOCKING);
 }
 
 bool GpuTracker::wait_for_progress(CUstream stream, std::uint64_t excess_ns,

@@ -37,7 +37,7 @@ inline constexpr std::uint64_t kRecordIntervalNs = 250'000;  // submit time per 
 // A batch of fewer launches over less than kRecordIntervalNs is mostly
 // measurement error (GpuTracker::complete_front_locked).
 inline constexpr std::uint64_t kSignificantBatch = 32;
-// A launch held behind a batch over several streams looks at its own stream
+// A launch held behind a batch of other streams looks at its own stream
 // again after about one launch, and at least this long (tiny kernels would
 // wake it tens of thousands of times a second).
 inline constexpr std::uint64_t kBesidePollNs = 200'000;
@@ -50,7 +50,7 @@ struct Batch {
   // Its event covers several streams (on the join stream): it completes with
   // the slowest of them.
   bool several_streams = false;
-  // For a launch held behind an older batch over several streams
+  // For a launch held behind an older batch of other streams
   // (beside_queue.hpp): its launches, the one stream its event is on
   // (BatchStreams::none() where joined, nullptr for the legacy stream by
   // either handle, CU_STREAM_PER_THREAD for the recording thread's own
@@ -58,6 +58,9 @@ struct Batch {
   // complete while an older batch was not.
   std::uint64_t launches = 0;
   CUstream stream = BatchStreams::none();
+  // That stream was made non-blocking (asked at the record, while the
+  // stream is known to exist: it may be destroyed before the batch is done).
+  bool non_blocking = false;
   bool seen_done = false;
   std::uint64_t done_seen_ns = 0;
 };
@@ -191,8 +194,9 @@ class GpuTracker {
   // `beside_ns`: how much of its own stream's work a launch may have queued
   // beside the others, itself included (GateAction::beside_ns; 0: none).
   // Returns true where it goes now, whatever the estimate: the oldest batch
-  // covers several streams and `stream` has caught up with that batch and
-  // keeps less than `beside_ns` queued behind it (beside_queue.hpp), or has
+  // covers several streams, or one the driver runs `stream` beside
+  // (looks_beside), and `stream` has caught up with that batch and keeps
+  // less than `beside_ns` queued behind it (beside_queue.hpp), or has
   // nothing queued (not the legacy stream, whose work waits for the
   // blocking streams'; docs/scheduler.md, "A long kernel on another stream").
   [[nodiscard]] bool wait_for_progress(CUstream stream, std::uint64_t excess_ns,

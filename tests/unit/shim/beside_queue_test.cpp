@@ -42,10 +42,12 @@ struct Scan {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> samples;  // (launches, span)
 };
 
-Scan scan(std::vector<FakeBatch>& later, CUstream s, std::uint64_t now = kNow) {
+// The oldest batch is joined over several streams unless `oldest` says.
+Scan scan(std::vector<FakeBatch>& later, CUstream s, std::uint64_t now = kNow,
+          CUstream oldest = BatchStreams::none()) {
   Scan out;
   out.q = beside_queue(
-      later.begin(), later.end(), s, now,
+      later.begin(), later.end(), oldest, s, now,
       [](FakeBatch& b) {
         ++b.queries;
         return b.complete;
@@ -67,29 +69,61 @@ struct FlagsQuery {
   }
 };
 
+// The launch's stream as its records go: the legacy stream by either
+// handle as nullptr, a per-thread one that one thread alone launches on as
+// itself (as if `alone`), else as the legacy stream.
+CUstream own_of(CUstream launch, bool alone = true) {
+  if (launch == CU_STREAM_LEGACY) return nullptr;
+  if (launch == CU_STREAM_PER_THREAD && !alone) return nullptr;
+  return launch;
+}
+
+bool looks(CUstream oldest, bool oldest_non_blocking, CUstream launch, FlagsQuery& flags,
+           bool alone = true) {
+  return looks_beside(false, oldest, oldest_non_blocking, launch, own_of(launch, alone),
+                      std::ref(flags));
+}
+
 TEST(LooksBeside, BehindABatchOverSeveralStreamsEveryStreamLooks) {
   FlagsQuery flags;
-  EXPECT_TRUE(looks_beside(true, BatchStreams::none(), stream(1), std::ref(flags)));
-  EXPECT_TRUE(looks_beside(true, BatchStreams::none(), nullptr, std::ref(flags)));
+  EXPECT_TRUE(
+      looks_beside(true, BatchStreams::none(), false, stream(1), stream(1), std::ref(flags)));
+  EXPECT_TRUE(looks_beside(true, BatchStreams::none(), false, nullptr, nullptr, std::ref(flags)));
   EXPECT_EQ(flags.calls, 0);
 }
 
 TEST(LooksBeside, BehindAnotherStreamsBatchAloneTheLaunchLooks) {
   // The long kernel's batch recorded on its stream alone (the poller's
-  // record of a tail of one launch): a launch on any other stream looks,
-  // the legacy one too, which its records then tell waits where it must.
+  // record of a tail of one launch): a launch on a stream the driver runs
+  // beside it looks.
   FlagsQuery flags;
-  EXPECT_TRUE(looks_beside(false, stream(1), stream(2), std::ref(flags)));
-  EXPECT_TRUE(looks_beside(false, stream(1), nullptr, std::ref(flags)));
-  EXPECT_TRUE(looks_beside(false, CU_STREAM_PER_THREAD, stream(2), std::ref(flags)));
+  EXPECT_TRUE(looks(stream(1), false, stream(2), flags));  // blocking beside blocking
+  EXPECT_TRUE(looks(stream(1), true, stream(2), flags));
+  EXPECT_TRUE(looks(CU_STREAM_PER_THREAD, false, stream(2), flags));
+  EXPECT_TRUE(looks(stream(1), false, CU_STREAM_PER_THREAD, flags));
+  EXPECT_TRUE(looks(stream(1), true, nullptr, flags));  // legacy beside non-blocking
+  EXPECT_TRUE(looks(stream(1), true, CU_STREAM_LEGACY, flags));
   EXPECT_EQ(flags.calls, 0);
 }
 
 TEST(LooksBeside, ALaunchOnTheOldestBatchsOwnStreamWaitsForIt) {
   FlagsQuery flags{.non_blocking = true};
-  EXPECT_FALSE(looks_beside(false, stream(1), stream(1), std::ref(flags)));
-  EXPECT_FALSE(looks_beside(false, nullptr, nullptr, std::ref(flags)));
-  EXPECT_FALSE(looks_beside(false, CU_STREAM_PER_THREAD, CU_STREAM_PER_THREAD, std::ref(flags)));
+  EXPECT_FALSE(looks(stream(1), true, stream(1), flags));
+  EXPECT_FALSE(looks(nullptr, false, nullptr, flags));
+  EXPECT_FALSE(looks(nullptr, false, CU_STREAM_LEGACY, flags));
+  EXPECT_FALSE(looks(CU_STREAM_PER_THREAD, false, CU_STREAM_PER_THREAD, flags));
+  // A per-thread stream another thread launched on too: its records go on
+  // the legacy stream, and the batch may be its own from before.
+  EXPECT_FALSE(looks(CU_STREAM_PER_THREAD, false, CU_STREAM_PER_THREAD, flags, false));
+  EXPECT_EQ(flags.calls, 0);
+}
+
+TEST(LooksBeside, TheLegacyStreamWaitsForABlockingStreamsBatch) {
+  // It runs after every blocking stream's earlier work, a per-thread
+  // stream's too: it would only look again and again until the batch ends.
+  FlagsQuery flags;
+  EXPECT_FALSE(looks(stream(1), false, nullptr, flags));
+  EXPECT_FALSE(looks(CU_STREAM_PER_THREAD, false, CU_STREAM_LEGACY, flags));
   EXPECT_EQ(flags.calls, 0);
 }
 
@@ -97,11 +131,11 @@ TEST(LooksBeside, BehindTheLegacyStreamsBatchOnlyANonBlockingStreamLooks) {
   // A blocking stream (and a per-thread one) runs after the legacy
   // stream's earlier work: it waits for the batch, as the driver does.
   FlagsQuery blocking{.non_blocking = false};
-  EXPECT_FALSE(looks_beside(false, nullptr, stream(2), std::ref(blocking)));
-  EXPECT_FALSE(looks_beside(false, nullptr, CU_STREAM_PER_THREAD, std::ref(blocking)));
+  EXPECT_FALSE(looks(nullptr, false, stream(2), blocking));
+  EXPECT_FALSE(looks(nullptr, false, CU_STREAM_PER_THREAD, blocking));
   EXPECT_EQ(blocking.calls, 2);
   FlagsQuery non_blocking{.non_blocking = true};
-  EXPECT_TRUE(looks_beside(false, nullptr, stream(2), std::ref(non_blocking)));
+  EXPECT_TRUE(looks(nullptr, false, stream(2), non_blocking));
   EXPECT_EQ(non_blocking.calls, 1);
 }
 
@@ -139,6 +173,24 @@ TEST(BesideQueue, TheStreamsOwnBatchesCompleteInOrder) {
   // Behind one of its own that has not completed, none is asked.
   EXPECT_EQ(later[2].queries, 0);
   EXPECT_FALSE(later[2].seen_done);
+}
+
+TEST(BesideQueue, NoneOfTheOldestBatchsStreamIsAskedWhileItRuns) {
+  // The oldest batch, on stream 1 alone, is not known done: a later batch
+  // of stream 1 completes after it, and found done between the two it
+  // would sample the long kernel's run as its own launches'.
+  std::vector<FakeBatch> later{{.launches = 4, .stream = stream(1), .complete = true},
+                               {.launches = 2, .stream = stream(2), .complete = true}};
+  const Scan s = scan(later, stream(2), kNow, stream(1));
+  EXPECT_EQ(later[0].queries, 0);
+  EXPECT_FALSE(later[0].seen_done);
+  EXPECT_TRUE(s.q.stream_caught_up);
+  EXPECT_EQ(s.samples.size(), 1u);  // stream 2's only
+  EXPECT_EQ(s.q.pending, 0u);
+  // Joined over several streams, the oldest batch says nothing of one.
+  std::vector<FakeBatch> again{{.launches = 4, .stream = stream(1), .complete = true}};
+  scan(again, stream(2));
+  EXPECT_EQ(again[0].queries, 1);
 }
 
 TEST(BesideQueue, ABatchSeenDoneIsNotAskedAgain) {

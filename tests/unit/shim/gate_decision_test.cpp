@@ -27,7 +27,7 @@ constexpr GateAction kLocalGo{GateStep::kGo, kLocalLeaseHorizons* kQueueHorizonN
 
 // The queue bound's wait: with room left for one launch, one whose stream
 // has nothing queued may start beside the queue, and one whose stream caught
-// up with a batch over several streams may keep `beside_ns` of its own work
+// up with a batch of other streams may keep `beside_ns` of its own work
 // queued (the horizon, within what is left of the lease).
 GateAction progress(std::uint64_t ns, std::uint64_t beside_ns = kHorizon) {
   return {GateStep::kWaitForProgress, ns, beside_ns};
@@ -117,7 +117,7 @@ TEST(GateDecision, AQueueRunningPastTheLeaseWaitsUntilItEndsInside) {
 }
 
 // A launch may go beside the queue (its stream idle, or caught up, behind a
-// batch over several streams) only where one launch still fits the lease,
+// batch of other streams) only where one launch still fits the lease,
 // and its stream keeps at most the horizon, and what is left of the lease,
 // queued.
 TEST(GateDecision, BesideTheQueueOnlyWithRoomForOneLaunchInTheLease) {

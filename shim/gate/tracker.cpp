@@ -974,10 +974,10 @@ std::uint64_t GpuTracker::idle_until_ns(std::uint64_t t) noexcept {
 // starts at once beside it, and one whose stream caught up with it keeps up
 // to the lease's queue of its own behind it: it goes. The legacy stream's
 // launches too, where the long kernel is on a non-blocking stream (its own
-// batches then complete beside it). A launch the driver runs after the
+// batches then complete beside it). A launch that would run after the
 // oldest batch waits for it (looks_beside: its own stream's, the legacy
 // stream behind a blocking stream's, a blocking one behind the legacy
-// stream's).
+// stream's, a per-thread one behind a per-thread one's).
 bool GpuTracker::beside_oldest_locked(CUstream stream) const noexcept {
   if (batches_.empty()) return false;
   const Batch& oldest = batches_.front();

@@ -295,7 +295,8 @@ class GpuTracker {
   // event (ContextEnding).
   CUresult wait_for_event(CUevent ev) noexcept;
   // Whether a launch on `stream` may look past the oldest batch: that batch
-  // covers several streams, or is recorded on one other than the launch's.
+  // covers several streams, or is recorded on one other stream that the
+  // launch's does not wait behind (looks_beside).
   bool beside_oldest_locked(CUstream stream) const noexcept;
   // Whether it may and its stream has nothing queued, or less than
   // `beside_ns` of work behind it (queries of it and of the later batches'

@@ -11,7 +11,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gpu"))
 
 from cushare_gpu import report, shares  # noqa: E402
-from cushare_gpu.checks import CHECKS, memory, select, smi  # noqa: E402
+from cushare_gpu.checks import CHECKS, memory, sampling, select, smi  # noqa: E402
 from cushare_gpu.procs import Deadline, ProcessManager, TimeUp, WorkerFailed  # noqa: E402
 
 
@@ -85,6 +85,18 @@ class ShareArithmetic(unittest.TestCase):
         msgs = [{"event": "ready"}, {"event": "progress", "t": 2, "n": 5},
                 {"event": "progress", "t": 1, "n": 1}]
         self.assertEqual(shares.progress_points(msgs), [(1.0, 1.0), (2.0, 5.0)])
+
+    def test_sampling_judges_only_readings_every_worker_covers(self):
+        # A worker that began after the reader's first reading, and one that
+        # stopped before its last: only the readings inside both are kept.
+        readings = [{"from_ns": int(a * 1e9), "to_ns": int(b * 1e9)}
+                    for a, b in ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0))]
+        late = [(0.6, 0.0), (2.5, 10.0)]
+        early_end = [(0.0, 0.0), (1.7, 10.0)]
+        kept = sampling._within(readings, [late, early_end])
+        self.assertEqual([m["from_ns"] for m in kept], [int(1.0e9)])
+        self.assertEqual(sampling._within(readings, [late, []]), [])
+        self.assertEqual(sampling._within(readings, [[(0.0, 0.0), (2.0, 1.0)]]), readings)
 
     def test_targets_and_errors(self):
         self.assertEqual(shares.burst_targets({"A": 1, "B": 3}), {"A": 0.25, "B": 0.75})

@@ -8,9 +8,9 @@ every stream they went to (a join stream waits for each), so:
   can have ended (a 400 ms kernel, then two short ones synchronised);
 - and 200 short kernels beside a 2 s one are not held at the gate until it
   ends (a launch whose stream has nothing queued goes beside a batch over
-  several streams, or one of another stream alone: "paused", the short
-  ones 5 ms after the long one, which the gate's poller then records on
-  its own), nor 5000 of 20 us synchronised only at the end beside a 1 s one
+  several streams, or one of another stream alone that its stream does not
+  wait behind: "paused", the short ones 5 ms after the long one, which the
+  gate's poller then records on its own), nor 5000 of 20 us synchronised only at the end beside a 1 s one
   kept to one in flight at a time (the stream keeps a queue of its own up
   to the horizon); their time against the driver alone's.
 The stream_cover_probe of ctest shim.stream_cover."""

@@ -231,9 +231,7 @@ CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slo
       }
       // Queue full: like a full push buffer, block until it has drained to
       // half (waking per slot would cost a wake-up per kernel).
-      const ContextSlot& c = s.contexts[ctx->slot];
-      const uint64_t half = c.items[(c.head + c.count / 2) % kQueueCap].seq;
-      wake = lock.now() + clamp_sleep(wait_hint_ns(s, ctx->slot, half, lock.now()));
+      wake = lock.now() + clamp_sleep(drain_hint_ns(s, ctx->slot, lock.now()));
     }
     sleep_until_ns(wake);
   }

@@ -385,6 +385,30 @@ TEST_F(EngineTest, WaitHintIsALowerBound) {
   EXPECT_GE(hint, 4 * kMs);
 }
 
+// A launch into a full queue sleeps until about half of it has drained. With
+// a long kernel at the head and the rest on another stream, that stream's
+// half drains long before the long kernel ends: a wake dated by all the work
+// ahead (the long kernel's second included) let the stream run dry for the
+// rest of the sleep.
+TEST_F(EngineTest, AFullQueuesDrainHintIsALowerBoundBesideALongKernel) {
+  int32_t a = context(0);
+  constexpr uint32_t kDepth = 64;
+  EXPECT_NE(enqueue(s(), a, ItemKind::kernel, 1000 * kMs, -1, 0, kDepth, kT0, kBlocking1), 0u);
+  while (enqueue(s(), a, ItemKind::kernel, kMs / 10, -1, 0, kDepth, kT0, kNonBlocking) != 0) {
+  }
+  ASSERT_EQ(s().contexts[a].count, kDepth);
+  const uint64_t hint = drain_hint_ns(s(), a, kT0);
+  // Beside the long kernel each 100 µs kernel takes 200 µs: the first half
+  // of the stream (the middle item included) is done after 32 of them.
+  advance_all(s(), kT0 + hint);
+  EXPECT_GT(s().contexts[a].count, kDepth / 2) << "the hint is past the middle item's end";
+  advance_all(s(), kT0 + 32 * kMs / 5);
+  EXPECT_LE(s().contexts[a].count, kDepth / 2);
+  EXPECT_LT(hint, 10 * kMs);
+  const uint64_t empty = drain_hint_ns(s(), context(1), kT0);
+  EXPECT_EQ(empty, 0u);
+}
+
 // A wait's part of the hint is what its record still waits for: nothing once
 // that completed, its stream's work where it is in the same context (a
 // joined batch's wait is not slept on for a made-up floor).

@@ -5,6 +5,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -131,7 +132,16 @@ class Checks(unittest.TestCase):
 class StalledWindows(unittest.TestCase):
     """measure() takes a probe's stall figure as it takes steal: a window
     stalled beyond the limit is measured again, the last one judged; the
-    probe here is a script that answers SIGTERM with a made-up figure."""
+    probe here is a script that answers SIGTERM with a made-up figure. The
+    host's own steal is left out (host_cpu_ticks made constant), and each
+    window starts once its probe has its trap set (a loaded host can start
+    the shell after the window's end): judged on the made-up figures alone,
+    on any host."""
+
+    def setUp(self):
+        real = scenario.tm.host_cpu_ticks
+        scenario.tm.host_cpu_ticks = lambda: [0] * 10  # no time passes: no steal measured
+        self.addCleanup(setattr, scenario.tm, "host_cpu_ticks", real)
 
     def probe(self, stalled_ns, realtime="true"):
         d = tempfile.mkdtemp(prefix="stall-probe-")
@@ -143,6 +153,7 @@ class StalledWindows(unittest.TestCase):
             f.write(line + "\n")
         with open(path, "w") as f:
             f.write(f"#!/bin/sh\ntrap 'cat {path}.json; exit 0' TERM\n"
+                    f"echo >> {path}.ready\n"
                     "while :; do sleep 0.01; done\n")
         os.chmod(path, 0o755)
         return path
@@ -150,8 +161,23 @@ class StalledWindows(unittest.TestCase):
     def measured(self, probe):
         said = []
         counter = iter(range(100))
-        m = scenario.tm.measure(lambda: next(counter), lambda a, b: {"n": b}, 0.2,
-                                log=said.append, stall_probe=probe)
+
+        def sample():
+            n = next(counter)
+            if n % 2 == 0:  # a window's start: its probe, the (n/2+1)th, is ready
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    try:
+                        with open(probe + ".ready") as f:
+                            if len(f.readlines()) > n // 2:
+                                break
+                    except FileNotFoundError:
+                        pass
+                    time.sleep(0.005)
+            return n
+
+        m = scenario.tm.measure(sample, lambda a, b: {"n": b}, 0.2, log=said.append,
+                                stall_probe=probe)
         return m, said
 
     def test_a_stalled_window_is_measured_again_and_the_last_judged(self):

@@ -9,10 +9,15 @@ namespace {
 constexpr unsigned kMaxCaptures = 256;
 constinit std::atomic<std::uintptr_t> g_capturing[kMaxCaptures] = {};
 constinit std::atomic<std::uint64_t> g_captured_bytes[kMaxCaptures] = {};
+// The driver's id of each entry's capture (0: not known), unique in the
+// process for its lifetime: a joined stream's allocations find their entry
+// by it.
+constinit std::atomic<std::uint64_t> g_capture_ids[kMaxCaptures] = {};
 // A capture the table had no room for: treat every stream as capturing
 // (safe: the gate then skips event injection) until it ends.
 constinit std::atomic<unsigned> g_overflow{0};
 constinit std::atomic<CaptureStatusQuery> g_query{nullptr};
+constinit std::atomic<CaptureInfoQuery> g_info{nullptr};
 
 // Any address unique to the thread, apart from every driver handle.
 thread_local constinit char t_per_thread_stream_key = 0;
@@ -23,6 +28,18 @@ std::uintptr_t key_of(CUstream s) {
   if (s == CU_STREAM_PER_THREAD) return reinterpret_cast<std::uintptr_t>(&t_per_thread_stream_key);
   // The legacy default stream cannot be captured; 0 marks free entries.
   return reinterpret_cast<std::uintptr_t>(s);
+}
+
+// The id of the capture `s` is in; 0 when it is in none or the driver cannot
+// tell.
+std::uint64_t capture_id_of(CUstream s) {
+  const CaptureInfoQuery info = g_info.load(std::memory_order_acquire);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (!info || info(s, &status, &id, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    return 0;
+  return id;
 }
 
 }  // namespace
@@ -44,29 +61,45 @@ bool detail::stream_is_capturing_now(CUstream stream) noexcept {
   return false;
 }
 
-void set_capture_status_query(CaptureStatusQuery query) noexcept {
+void set_capture_status_query(CaptureStatusQuery query, CaptureInfoQuery info) noexcept {
   g_query.store(query, std::memory_order_release);
+  g_info.store(info, std::memory_order_release);
 }
 
 void capture_began(CUstream stream) noexcept {
   const auto key = key_of(stream);
   if (!key) return;
   detail::g_captures_active.fetch_add(1, std::memory_order_acq_rel);
-  for (auto& e : g_capturing) {
+  const std::uint64_t id = capture_id_of(stream);
+  for (unsigned i = 0; i < kMaxCaptures; ++i) {
     std::uintptr_t expected = 0;
-    if (e.compare_exchange_strong(expected, key, std::memory_order_acq_rel)) return;
+    if (g_capturing[i].compare_exchange_strong(expected, key, std::memory_order_acq_rel)) {
+      g_capture_ids[i].store(id, std::memory_order_release);
+      return;
+    }
   }
   g_overflow.fetch_add(1, std::memory_order_acq_rel);
 }
 
-void capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept {
+bool capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept {
   const auto key = key_of(stream);
   for (unsigned i = 0; key && i < kMaxCaptures; ++i) {
     if (g_capturing[i].load(std::memory_order_acquire) == key) {
       g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
-      return;
+      return true;
     }
   }
+  // A stream that joined a capture (it waited on an event recorded in one):
+  // the allocation is a node of that capture's graph.
+  const std::uint64_t id = capture_id_of(stream);
+  for (unsigned i = 0; id && i < kMaxCaptures; ++i) {
+    if (g_capture_ids[i].load(std::memory_order_acquire) == id &&
+        g_capturing[i].load(std::memory_order_acquire) != 0) {
+      g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
 }
 
 std::uint64_t capture_ended(CUstream stream) noexcept {
@@ -76,6 +109,7 @@ std::uint64_t capture_ended(CUstream stream) noexcept {
     std::uintptr_t expected = key;
     if (g_capturing[i].load(std::memory_order_acquire) != key) continue;
     const std::uint64_t bytes = g_captured_bytes[i].exchange(0, std::memory_order_acq_rel);
+    g_capture_ids[i].store(0, std::memory_order_release);
     if (g_capturing[i].compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
       detail::g_captures_active.fetch_sub(1, std::memory_order_acq_rel);
       return bytes;

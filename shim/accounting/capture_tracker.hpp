@@ -35,15 +35,23 @@ bool stream_is_capturing_now(CUstream stream) noexcept;
 }
 
 // The driver's cuStreamIsCapturing; without one, only the streams whose
-// capture began through the hooks count as capturing.
+// capture began through the hooks count as capturing. And its
+// cuStreamGetCaptureInfo_v2, which names the capture a stream is in (a
+// stream that joined one by waiting on a captured event has no hook of its
+// own).
 using CaptureStatusQuery = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-void set_capture_status_query(CaptureStatusQuery query) noexcept;
+using CaptureInfoQuery = PFN_cuStreamGetCaptureInfo_v11030;
+void set_capture_status_query(CaptureStatusQuery query, CaptureInfoQuery info = nullptr) noexcept;
 
 void capture_began(CUstream stream) noexcept;
 // Ends the capture; returns the bytes of stream-ordered allocations captured
-// on it (they become graph memory of the captured graph).
+// on it, by its own stream or any stream that joined it (they become graph
+// memory of the captured graph).
 std::uint64_t capture_ended(CUstream stream) noexcept;
-// A cuMemAlloc(FromPool)Async of `bytes` was captured on `stream`.
-void capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept;
+// A cuMemAlloc(FromPool)Async of `bytes` was captured on `stream`: counted
+// to the capture `stream` began, or else to the one it joined. False when
+// no capture the tracker knows holds it (its bytes are then charged only by
+// the settling after a launch).
+bool capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept;
 
 }  // namespace cushare::shim

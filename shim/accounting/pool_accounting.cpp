@@ -97,7 +97,16 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
   // charged when the graph runs (cuGraphLaunch/cuGraphUpload).
   if (stream_is_capturing(stream)) {
     const CUresult rc = call();
-    if (rc == CUDA_SUCCESS) capture_add_alloc(stream, bytes);
+    if (rc == CUDA_SUCCESS) {
+      // Graph launches settle from now on, whether or not the capture that
+      // holds the node is known (its bytes then are charged after a launch).
+      graph_memory_expected();
+      if (!capture_add_alloc(stream, bytes))
+        log().warn(
+            "{} of {} bytes captured in a capture the shim does not know: charged once "
+            "a launch of its graph allocates it",
+            api, bytes);
+    }
     return rc;
   }
   if (!dptr || bytes == 0) return call();

@@ -109,6 +109,8 @@ enum class Need : bool { kOptional, kRequired };
   X(cuGraphUpload, PFN_cuGraphUpload_v11010, kRequired)                                         \
   X(cuGraphUpload_ptsz, PFN_cuGraphUpload_v11010_ptsz, kRequired)                               \
   X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040, kRequired)                       \
+  X(cuGraphAddNode, PFN_cuGraphAddNode_v12020, kOptional)                                       \
+  X(cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030, kOptional)                                    \
   X(cuGraphInstantiate, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v10000, kOptional)      \
   X(cuGraphInstantiate_v2, ::cushare::shim::legacy::PFN_cuGraphInstantiate_v11000, kOptional)   \
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040, kRequired)             \
@@ -154,6 +156,7 @@ enum class Need : bool { kOptional, kRequired };
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020, kRequired)                                        \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000, kRequired)                                        \
   X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000, kRequired)                             \
+  X(cuStreamGetCaptureInfo_v2, PFN_cuStreamGetCaptureInfo_v11030, kRequired)                    \
   X(cuStreamGetFlags, PFN_cuStreamGetFlags_v5050, kOptional)                                    \
   X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, kRequired)                                  \
   X(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010, kRequired) \

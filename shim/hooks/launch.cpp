@@ -54,6 +54,16 @@ CUresult graph_run(CUgraphExec exec, CUstream stream, bool gate, Call&& call) {
   return rc;
 }
 
+// cuGraphAddNode (12.2) and its 12.3 ABI with edge data add any kind of node:
+// an allocation node among them is graph memory as cuGraphAddMemAllocNode's.
+template <class Call>
+CUresult node_added(CUgraph graph, const CUgraphNodeParams* params, Call&& call) {
+  const CUresult rc = call();
+  if (rc == CUDA_SUCCESS && params && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+    graph_add_alloc(graph, params->alloc.bytesize);
+  return rc;
+}
+
 // After any instantiation: the executable inherits the graph's memory needs.
 CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
   if (rc == CUDA_SUCCESS && exec) graph_instantiated(*exec, graph);
@@ -62,7 +72,7 @@ CUresult instantiated(CUresult rc, CUgraphExec* exec, CUgraph graph) {
 
 template <class Call>
 CUresult begin_capture(CUstream stream, Call&& call) {
-  set_capture_status_query(real().cuStreamIsCapturing);
+  set_capture_status_query(real().cuStreamIsCapturing, real().cuStreamGetCaptureInfo_v2);
   const gate::RecordsHeld held;  // no gate record lands in the capture
   const CUresult rc = call();
   if (rc == CUDA_SUCCESS) capture_began(stream);
@@ -187,6 +197,27 @@ extern "C" CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGr
       r.cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
   if (rc == CUDA_SUCCESS && nodeParams) graph_add_alloc(hGraph, nodeParams->bytesize);
   return rc;
+}
+
+// Both ABIs of cuGraphAddNode: node_added, above.
+extern "C" CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode* dependencies, size_t numDependencies,
+                                   CUgraphNodeParams* nodeParams) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphAddNode)
+  return node_added(hGraph, nodeParams, [&] {
+    return r.cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+  });
+}
+
+extern "C" CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode* dependencies,
+                                      const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                      CUgraphNodeParams* nodeParams) {
+  CUSHARE_REAL_OR_NOT_FOUND(r, cuGraphAddNode_v2)
+  return node_added(hGraph, nodeParams, [&] {
+    return r.cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+                               nodeParams);
+  });
 }
 
 // Every instantiation, the pre-12.0 ABIs too (cudaVersion 10000 and 11000

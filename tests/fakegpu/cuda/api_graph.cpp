@@ -329,23 +329,23 @@ CUresult capture_kernel(Stream* s, uint64_t duration_ns) {
   return CUDA_SUCCESS;
 }
 
-CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
-  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+namespace {
+
+// An allocation node's memory in graph `g` on physical `device`, under the
+// driver's lock: its address is fixed now and valid for the graph's work; the
+// memory exists from a launch on.
+CUresult graph_alloc(Graph* g, int device, uint64_t bytes, CUdeviceptr* out) {
   Driver& d = driver();
-  std::lock_guard<std::mutex> guard(d.mu);
-  Graph* g = s->graph;
-  if (g->device >= 0 && g->device != s->ctx->device) return CUDA_ERROR_NOT_SUPPORTED;
-  g->device = s->ctx->device;
+  if (g->device >= 0 && g->device != device) return CUDA_ERROR_NOT_SUPPORTED;
   const uint64_t granules = (bytes + kGraphGranule - 1) / kGraphGranule * kGraphGranule;
-  // The address is fixed now, and valid for the captured work; the memory
-  // exists from the launch on.
+  if (granules < bytes) return CUDA_ERROR_OUT_OF_MEMORY;  // wrapped
   const uint64_t base = va_alloc(granules, kGraphGranule);
   if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  g->device = device;
   Region r;
   r.size = granules;
   r.kind = RegionKind::graph;
-  r.device = g->device;
+  r.device = device;
   r.owns_va = false;  // the graph's, for every launch
   r.backing = std::make_shared<Backing>();
   r.backing->size = granules;
@@ -353,9 +353,19 @@ CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
   g->allocs[base] = granules;
   g->peak_bytes += granules;
   g->unfreed_bytes += granules;
-  add_node(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0);
-  ++s->capture_ops;
   *out = base;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult capture_alloc(Stream* s, uint64_t bytes, CUdeviceptr* out) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (capture_invalidated(s)) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (CUresult r = graph_alloc(s->graph, s->ctx->device, bytes, out); r != CUDA_SUCCESS) return r;
+  add_node(s->graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0);
+  ++s->capture_ops;
   return CUDA_SUCCESS;
 }
 
@@ -542,6 +552,79 @@ FAKEGPU_API CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGrap
   if (g == nullptr || phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *phGraphNode = reinterpret_cast<CUgraphNode>(add_node(g, CU_GRAPH_NODE_TYPE_EMPTY, 0));
   return CUDA_SUCCESS;
+}
+
+namespace {
+
+// An allocation node (cuGraphAddMemAllocNode, cuGraphAddNode): device memory
+// of the location's device, pinned, no IPC handle types, as cuda.h asks.
+CUresult add_mem_alloc_node(CUgraphNode* phGraphNode, CUgraph hGraph, const CUmemPoolProps& props,
+                            size_t bytesize, CUdeviceptr* dptr) {
+  Graph* g = as_graph(hGraph);
+  if (g == nullptr || phGraphNode == nullptr || bytesize == 0 ||
+      props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props.location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_ordinal(props.location.id) ||
+      props.handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(driver().mu);
+  if (CUresult r = graph_alloc(g, physical(props.location.id), bytesize, dptr); r != CUDA_SUCCESS)
+    return r;
+  *phGraphNode = reinterpret_cast<CUgraphNode>(add_node(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0));
+  return CUDA_SUCCESS;
+}
+
+// cuGraphAddNode's node kinds that fakegpu models: kernels, empty nodes and
+// allocations; the others are not supported.
+CUresult add_node_of_params(CUgraphNode* phGraphNode, CUgraph hGraph,
+                            CUgraphNodeParams* nodeParams) {
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return add_mem_alloc_node(phGraphNode, hGraph, nodeParams->alloc.poolProps,
+                                nodeParams->alloc.bytesize, &nodeParams->alloc.dptr);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return cuGraphAddEmptyNode(phGraphNode, hGraph, nullptr, 0);
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      Graph* g = as_graph(hGraph);
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = nodeParams->kernel;
+      Function* fn = as_function(k.func ? k.func : reinterpret_cast<CUfunction>(k.kern));
+      if (g == nullptr || phGraphNode == nullptr || fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      *phGraphNode = reinterpret_cast<CUgraphNode>(
+          add_node(g, CU_GRAPH_NODE_TYPE_KERNEL, kernel_duration_ns(fn, k.kernelParams, k.extra)));
+      return CUDA_SUCCESS;
+    }
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+}  // namespace
+
+FAKEGPU_API CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                            const CUgraphNode* dependencies, size_t numDependencies,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  (void)dependencies, (void)numDependencies;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_mem_alloc_node(phGraphNode, hGraph, nodeParams->poolProps, nodeParams->bytesize,
+                            &nodeParams->dptr);
+}
+
+FAKEGPU_API CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode* dependencies, size_t numDependencies,
+                                    CUgraphNodeParams* nodeParams) {
+  (void)dependencies, (void)numDependencies;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return add_node_of_params(phGraphNode, hGraph, nodeParams);
+}
+
+FAKEGPU_API CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode* dependencies,
+                                       const CUgraphEdgeData* dependencyData,
+                                       size_t numDependencies, CUgraphNodeParams* nodeParams) {
+  (void)dependencies, (void)dependencyData, (void)numDependencies;
+  if (CUresult r = check_ready(); r != CUDA_SUCCESS) return r;
+  return add_node_of_params(phGraphNode, hGraph, nodeParams);
 }
 
 FAKEGPU_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {

@@ -876,6 +876,23 @@ def case_graph_memory_per_thread(h):
     check_graph_memory(h, "--per-thread")
 
 
+def case_graph_memory_joined(h):
+    """The allocation made on a stream that joined the capture (it waited on an
+    event recorded in the capturing stream, a fork and a join as side streams
+    make): the graph's memory is reserved before the launch all the same (it
+    was left out: the launch ran past the quota)."""
+    check_graph_memory(h, "--graph-via", "joined")
+
+
+def case_graph_memory_nodes(h):
+    """Graphs built node by node: an allocation node added by
+    cuGraphAddMemAllocNode, by cuGraphAddNode_v2 (12.3) and by cuGraphAddNode
+    (12.2) is reserved before the launch, as a captured one (the two
+    cuGraphAddNode ABIs were not hooked: the launch ran past the quota)."""
+    for how in ("alloc-node", "add-node", "add-node-12020"):
+        check_graph_memory(h, "--graph-via", how)
+
+
 def case_path_mipmap(h):
     """Mipmapped arrays: charged (driver's requirement), refused at the quota, returned."""
     out, _ = h.probe("--mode", "mipmap", extra=QUOTA)
@@ -1090,6 +1107,8 @@ CASES = {
     "nvml_first": case_nvml_first,
     "graph_memory": case_graph_memory,
     "graph_memory_per_thread": case_graph_memory_per_thread,
+    "graph_memory_joined": case_graph_memory_joined,
+    "graph_memory_nodes": case_graph_memory_nodes,
     "failed_launch": case_failed_launch,
     "visible_devices": case_visible_devices,
     "path_mipmap": case_path_mipmap,

@@ -337,23 +337,99 @@ int mode_mipmap(const Api& a) {
 // the driver grows its graph pool; after the held memory is freed the same
 // executable launches. With `per_thread`, as a program built for per-thread
 // default streams does it: the _ptsz entry points on the NULL stream.
-int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes, bool per_thread) {
-  CUdevice dev;
-  if (!start(a, dev)) return 0;
+// The graph of mode_graph, with one allocation of `bytes` made as `how` says:
+//   capture       cuMemAllocAsync (then cuMemFreeAsync) captured on `s`;
+//   joined        the same on a second stream that joined the capture by
+//                 waiting on an event recorded in it (a fork and a join);
+//   alloc-node    cuGraphAddMemAllocNode into a graph of its own (the
+//                 allocation outlives the launch: no free node);
+//   add-node      cuGraphAddNode_v2 (CUDA 12.3's ABI) with an allocation node;
+//   add-node-12020  cuGraphAddNode, the 12.2 ABI without edge data.
+CUgraph graph_with_allocation(const std::string& how, CUstream s, CUdevice dev, std::uint64_t bytes,
+                              bool per_thread) {
   CUresult (*stream_create)(CUstream*, unsigned);
   CUresult (*begin)(CUstream, CUstreamCaptureMode);
   CUresult (*end)(CUstream, CUgraph*);
   CUresult (*alloc_async)(CUdeviceptr*, size_t, CUstream);
   CUresult (*free_async)(CUdeviceptr, CUstream);
-  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long);
-  CUresult (*launch)(CUgraphExec, CUstream);
-  CUresult (*sync)(CUstream);
   by_dlsym(stream_create, "cuStreamCreate");
   const std::string ptsz = per_thread ? "_ptsz" : "";
   by_dlsym(begin, ("cuStreamBeginCapture_v2" + ptsz).c_str());
   by_dlsym(end, ("cuStreamEndCapture" + ptsz).c_str());
   by_dlsym(alloc_async, ("cuMemAllocAsync" + ptsz).c_str());
   by_dlsym(free_async, ("cuMemFreeAsync" + ptsz).c_str());
+  CUgraph g = nullptr;
+  if (how == "capture" || how == "joined") {
+    expect(begin(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS, "cuStreamBeginCapture_v2");
+    CUstream on = s;
+    CUresult (*event_create)(CUevent*, unsigned);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*wait_event)(CUstream, CUevent, unsigned);
+    by_dlsym(event_create, "cuEventCreate");
+    by_dlsym(event_record, "cuEventRecord");
+    by_dlsym(wait_event, "cuStreamWaitEvent");
+    CUevent fork = nullptr, join = nullptr;
+    if (how == "joined") {
+      expect(stream_create(&on, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "cuStreamCreate");
+      expect(event_create(&fork, 0) == CUDA_SUCCESS && event_create(&join, 0) == CUDA_SUCCESS,
+             "cuEventCreate");
+      expect(event_record(fork, s) == CUDA_SUCCESS, "cuEventRecord (fork)");
+      expect(wait_event(on, fork, 0) == CUDA_SUCCESS, "cuStreamWaitEvent (fork)");
+    }
+    CUdeviceptr p = 0;
+    expect(alloc_async(&p, bytes, on) == CUDA_SUCCESS, "captured cuMemAllocAsync");
+    expect(free_async(p, on) == CUDA_SUCCESS, "captured cuMemFreeAsync");
+    if (how == "joined") {
+      expect(event_record(join, on) == CUDA_SUCCESS, "cuEventRecord (join)");
+      expect(wait_event(s, join, 0) == CUDA_SUCCESS, "cuStreamWaitEvent (join)");
+    }
+    expect(end(s, &g) == CUDA_SUCCESS, "cuStreamEndCapture");
+    return g;
+  }
+  CUresult (*graph_create)(CUgraph*, unsigned);
+  by_dlsym(graph_create, "cuGraphCreate");
+  expect(graph_create(&g, 0) == CUDA_SUCCESS, "cuGraphCreate");
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev;
+  CUgraphNode node = nullptr;
+  if (how == "alloc-node") {
+    CUresult (*add)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUDA_MEM_ALLOC_NODE_PARAMS*);
+    by_dlsym(add, "cuGraphAddMemAllocNode");
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps = props;
+    params.bytesize = bytes;
+    expect(add(&node, g, nullptr, 0, &params) == CUDA_SUCCESS, "cuGraphAddMemAllocNode");
+    return g;
+  }
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  params.alloc.poolProps = props;
+  params.alloc.bytesize = bytes;
+  if (how == "add-node") {
+    CUresult (*add)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                    CUgraphNodeParams*);
+    by_dlsym(add, "cuGraphAddNode_v2");
+    expect(add(&node, g, nullptr, nullptr, 0, &params) == CUDA_SUCCESS, "cuGraphAddNode_v2");
+  } else {
+    CUresult (*add)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
+    by_dlsym(add, "cuGraphAddNode");
+    expect(add(&node, g, nullptr, 0, &params) == CUDA_SUCCESS, "cuGraphAddNode");
+  }
+  return g;
+}
+
+int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes, bool per_thread,
+               const std::string& how) {
+  CUdevice dev;
+  if (!start(a, dev)) return 0;
+  CUresult (*stream_create)(CUstream*, unsigned);
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+  CUresult (*sync)(CUstream);
+  by_dlsym(stream_create, "cuStreamCreate");
+  const std::string ptsz = per_thread ? "_ptsz" : "";
   by_dlsym(instantiate, "cuGraphInstantiateWithFlags");
   by_dlsym(launch, ("cuGraphLaunch" + ptsz).c_str());
   by_dlsym(sync, ("cuStreamSynchronize" + ptsz).c_str());
@@ -368,12 +444,7 @@ int mode_graph(const Api& a, std::uint64_t hold, std::uint64_t graph_bytes, bool
   const size_t free_before = view();
   CUdeviceptr held = 0;
   expect(a.MemAlloc(&held, hold) == CUDA_SUCCESS, "cuMemAlloc_v2 (held)");
-  expect(begin(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS, "cuStreamBeginCapture_v2");
-  CUdeviceptr p = 0;
-  expect(alloc_async(&p, graph_bytes, s) == CUDA_SUCCESS, "captured cuMemAllocAsync");
-  expect(free_async(p, s) == CUDA_SUCCESS, "captured cuMemFreeAsync");
-  CUgraph g = nullptr;
-  expect(end(s, &g) == CUDA_SUCCESS, "cuStreamEndCapture");
+  const CUgraph g = graph_with_allocation(how, s, dev, graph_bytes, per_thread);
   CUgraphExec exec = nullptr;
   expect(instantiate(&exec, g, 0) == CUDA_SUCCESS, "cuGraphInstantiateWithFlags");
   const CUresult first = launch(exec, s);
@@ -649,6 +720,9 @@ int main(int argc, char** argv) try {
   app.add_option("--seed", seed);
   app.add_option("--lookups", lookups, "replay: symbol<TAB>cudaVersion<TAB>flags per line");
   app.add_flag("--per-thread", per_thread, "graph: the _ptsz calls on the NULL stream");
+  std::string graph_via = "capture";
+  app.add_option("--graph-via", graph_via, "graph: how its allocation node is made")
+      ->check(CLI::IsMember({"capture", "joined", "alloc-node", "add-node", "add-node-12020"}));
   app.add_option("--start-at", start_at, "race: unix time at which to start (after init)");
   CLI11_PARSE(app, argc, argv);
 
@@ -661,7 +735,7 @@ int main(int argc, char** argv) try {
   if (mode == "fork") return mode_fork(a, step, children);
   if (mode == "mipmap") return mode_mipmap(a);
   if (mode == "watch") return mode_watch(a, seconds);
-  if (mode == "graph") return mode_graph(a, step, max, per_thread);
+  if (mode == "graph") return mode_graph(a, step, max, per_thread, graph_via);
   return mode_nvml(a);
 } catch (const std::exception& e) {
   fail(e.what());

@@ -62,6 +62,10 @@ bool AllocationRegistry::any_damaged() const {
   return false;
 }
 
+std::uint64_t AllocationRegistry::events_heeded_from() const {
+  return last_rescan_ns_ + kMinRescanGapNs;
+}
+
 AllocationRegistry::Changes AllocationRegistry::poll(std::uint64_t now_ns, bool events_may_wait) {
   now_ns_ = now_ns;
   if (events_may_wait) events_pending_ = drain_events() || events_pending_;

@@ -48,6 +48,11 @@ class AllocationRegistry {
 
   // Readable when inotify has events (for the daemon's poll()).
   int notify_fd() const { return notify_fd_; }
+  // Before this time an event cannot make a rescan (they are at least
+  // kMinRescanGapNs apart): the daemon leaves notify_fd() out of its poll
+  // until then. A tenant that writes to a file of its folder without pause
+  // makes an event per write, and the daemon would wake for each.
+  std::uint64_t events_heeded_from() const;
   std::map<std::string, std::unique_ptr<Allocation>>& allocations() { return allocations_; }
   const std::filesystem::path& alloc_root() const { return alloc_root_; }
 

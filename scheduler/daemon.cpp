@@ -334,7 +334,7 @@ void Daemon::housekeeping(std::uint64_t now) {
     st.wants_verification = false;
     shm::UsageRegion* usage_ptr = a->usage_region();
     if (!usage_ptr) {
-      st.processes = AllocationProcesses{};
+      st.processes.reset();
       continue;
     }
     shm::UsageRegion& usage = *usage_ptr;
@@ -813,7 +813,7 @@ void Daemon::run(const std::atomic<bool>& stop) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   // NVML's per-process samples, gathered between the ground-truth passes on
   // a thread of their own: the driver keeps only each process's latest.
-  std::jthread collector([this](std::stop_token stop_collecting) {
+  std::jthread collector([this](const std::stop_token& stop_collecting) {
     std::mutex m;
     std::condition_variable_any cv;
     std::unique_lock lock(m);
@@ -831,15 +831,22 @@ void Daemon::run(const std::atomic<bool>& stop) {
     // words; wake early when allocations appear (inotify). Never spin.
     const std::uint64_t interval =
         any_active_ ? config_.poll_interval_ns : config_.idle_poll_interval_ns;
-    const std::uint64_t wake = std::min(next_step_ns_, now + interval);
+    std::uint64_t wake = std::min(next_step_ns_, now + interval);
     const std::uint64_t after = shm::monotonic_ns();
+    // Right after a rescan the events wait (a tenant writing its folder
+    // without pause would wake a real-time thread per write): the loop then
+    // looks once they can make one.
+    const std::uint64_t heeded = registry_.events_heeded_from();
+    const bool watch = registry_.notify_fd() >= 0 && after >= heeded;
+    if (!watch && registry_.notify_fd() >= 0) wake = std::min(wake, heeded);
     const std::uint64_t wait_ns = wake > after ? wake - after : 0;
     timespec ts{.tv_sec = static_cast<time_t>(wait_ns / 1'000'000'000),
                 .tv_nsec = static_cast<long>(wait_ns % 1'000'000'000)};
     pollfd pfd{.fd = registry_.notify_fd(), .events = POLLIN, .revents = 0};
-    const int ready = ppoll(&pfd, pfd.fd >= 0 ? 1 : 0, &ts, nullptr);
-    // Anything but a clean timeout (an event, an error, a signal): look.
-    events_may_wait = ready != 0 || (pfd.revents & POLLIN) != 0;
+    const int ready = ppoll(&pfd, watch ? 1 : 0, &ts, nullptr);
+    // Anything but a clean timeout of a watched fd (an event, an error, a
+    // signal, or the fd not watched): look.
+    events_may_wait = !watch || ready != 0 || (pfd.revents & POLLIN) != 0;
   }
   publish_figures(shm::monotonic_ns());
   for (auto& [id, a] : registry_.allocations()) clear_ready(a->limits.mutable_region());

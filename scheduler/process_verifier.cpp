@@ -2,9 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <charconv>
-#include <fstream>
-#include <sstream>
+#include <vector>
 
 namespace cushare::sched {
 namespace {
@@ -32,17 +38,49 @@ std::string_view field(std::string_view& line) {
 
 }  // namespace
 
-bool maps_inode(std::string_view text, std::uint64_t ino) {
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t eol = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    // address perms offset dev inode [path]
-    for (int skip = 0; skip < 4; ++skip) field(line);
-    if (dec(field(line)) == ino) return true;
+MapsAnswer scan_maps(const std::function<long(char*, std::size_t)>& read, std::uint64_t ino,
+                     std::size_t max_bytes,
+                     const std::function<bool(std::string_view range)>& confirm) {
+  // address perms offset dev inode [path]: only the first fields matter, and
+  // a line is kept up to kKeep characters whatever the path's length.
+  constexpr std::size_t kKeep = 160;
+  std::string line;
+  line.reserve(kKeep);
+  const auto matches = [&] {
+    std::string_view rest = line;
+    const std::string_view range = field(rest);
+    for (int skip = 0; skip < 3; ++skip) field(rest);
+    return dec(field(rest)) == ino && confirm(range);
+  };
+  std::vector<char> buf(64 * 1024);
+  std::size_t total = 0;
+  for (;;) {
+    const long n = read(buf.data(), buf.size());
+    if (n < 0) return MapsAnswer::kUnreadable;
+    if (n == 0) break;
+    for (long i = 0; i < n; ++i) {
+      if (buf[static_cast<std::size_t>(i)] == '\n') {
+        if (matches()) return MapsAnswer::kMaps;
+        line.clear();
+      } else if (line.size() < kKeep) {
+        line.push_back(buf[static_cast<std::size_t>(i)]);
+      }
+    }
+    total += static_cast<std::size_t>(n);
+    if (total >= max_bytes) return MapsAnswer::kTooLong;
   }
-  return false;
+  return !line.empty() && matches() ? MapsAnswer::kMaps : MapsAnswer::kDoesNotMap;
+}
+
+bool maps_inode(std::string_view text, std::uint64_t ino) {
+  const auto read = [&](char* buf, std::size_t size) -> long {
+    const std::size_t n = std::min(size, text.size());
+    std::copy_n(text.data(), n, buf);
+    text.remove_prefix(n);
+    return static_cast<long>(n);
+  };
+  return scan_maps(read, ino, static_cast<std::size_t>(-1),
+                   [](std::string_view) { return true; }) == MapsAnswer::kMaps;
 }
 
 std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& usage,
@@ -82,6 +120,10 @@ std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& u
       unverified();
       continue;
     }
+    if (!take_judgement(now_ns)) {
+      out[i] = SlotVerdict::kUnverified;  // judged at a later pass, when the budget allows
+      continue;
+    }
     const HostPidTable& table = host.table();
     const auto host_pid = table.find({id.pidns_inode, id.pid, id.start_time});
     if (!host_pid) {
@@ -100,16 +142,17 @@ std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& u
       out[i] = SlotVerdict::kDead;  // it was in the table, and has died since
       continue;
     }
-    const auto mapped = host.maps_file(*host_pid, dev, ino);
-    if (mapped && !*mapped) {
+    const MapsAnswer mapped = host.maps_file(*host_pid, dev, ino);
+    if (mapped == MapsAnswer::kDoesNotMap || mapped == MapsAnswer::kTooLong) {
       // A live process with that identity that does not map this usage file:
       // the slot borrows another process's identity, or its shim is gone (it
       // exec'd a program without CUDA). Not a process of the allocation; its
-      // slot is reclaimed once that process is gone.
+      // slot is reclaimed once that process is gone. Maps too long to read
+      // now are judged again later.
       unverified();
       continue;
     }
-    if (!mapped && !warned_unreadable_) {
+    if (mapped == MapsAnswer::kUnreadable && !warned_unreadable_) {
       warned_unreadable_ = true;
       spdlog::warn(
           "cannot read /proc/{}/maps: processes are verified by their identity only (run "
@@ -122,6 +165,17 @@ std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& u
   return out;
 }
 
+bool AllocationProcesses::take_judgement(std::uint64_t now_ns) {
+  if (now_ns > judged_ns_) {
+    judgements_ = std::min(kJudgementBurst, judgements_ + static_cast<double>(now_ns - judged_ns_) *
+                                                              1e-9 * kJudgementsPerSecond);
+    judged_ns_ = now_ns;
+  }
+  if (judgements_ < 1) return false;
+  judgements_ -= 1;
+  return true;
+}
+
 const HostPidTable& ProcHost::table() {
   if (!table_) table_ = HostPidTable::scan(proc_root_);
   return *table_;
@@ -131,15 +185,40 @@ std::optional<shm::ProcStat> ProcHost::stat(std::uint32_t host_pid) {
   return shm::read_proc_stat(static_cast<pid_t>(host_pid), proc_root_);
 }
 
-std::optional<bool> ProcHost::maps_file(std::uint32_t host_pid, std::uint64_t dev,
-                                        std::uint64_t ino) {
-  std::ifstream in(proc_root_ + "/" + std::to_string(host_pid) + "/maps");
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  (void)dev;  // see maps_inode
-  return maps_inode(text.str(), ino);
+MapsAnswer ProcHost::maps_file(std::uint32_t host_pid, std::uint64_t dev, std::uint64_t ino) {
+  const auto key = std::make_tuple(host_pid, dev, ino);
+  if (auto it = answers_.find(key); it != answers_.end()) return it->second;
+  const std::string dir = proc_root_ + "/" + std::to_string(host_pid);
+  const int fd = ::open((dir + "/maps").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return answers_[key] = MapsAnswer::kUnreadable;
+  const auto read_chunk = [&](char* buf, std::size_t size) -> long {
+    ssize_t n;
+    do {
+      n = ::read(fd, buf, size);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  };
+  // The mapping itself, whatever the maps text says: its file's device and
+  // inode as stat(2) gives them, the same as the daemon's stat of the usage
+  // file. Reading map_files needs CAP_SYS_ADMIN (the deployed daemon has it);
+  // without it the inode number alone decides, as before.
+  const auto confirm = [&](std::string_view range) {
+    struct stat sb {};
+    if (::stat((dir + "/map_files/" + std::string(range)).c_str(), &sb) == 0)
+      return static_cast<std::uint64_t>(sb.st_dev) == dev &&
+             static_cast<std::uint64_t>(sb.st_ino) == ino;
+    if (errno != EPERM && errno != EACCES) return false;  // the mapping is gone
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      spdlog::warn(
+          "cannot read /proc/{}/map_files: a process's mapping of its usage file is matched by "
+          "inode number only (run cushared with CAP_SYS_ADMIN to compare the file itself)",
+          host_pid);
+    return true;
+  };
+  const MapsAnswer answer = scan_maps(read_chunk, ino, kMaxMapsBytes, confirm);
+  ::close(fd);
+  return answers_[key] = answer;
 }
 
 }  // namespace cushare::sched

@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "scheduler/host_pids.hpp"
 #include "shm/layout.hpp"
@@ -24,9 +26,29 @@ namespace cushare::sched {
 
 // Whether /proc/<pid>/maps text maps a file with this inode number. The
 // device column is not compared: it is the superblock's, which btrfs
-// subvolumes and overlayfs report differently from stat(2); with the slot's
-// identity already matched, an inode of another filesystem is no risk.
+// subvolumes and overlayfs report differently from stat(2). The inode
+// number alone is no proof either (a tenant can make files until one has
+// the number of a file every CUDA process maps, and give its usage that
+// one): ProcHost confirms a match through /proc/<pid>/map_files.
 bool maps_inode(std::string_view maps_text, std::uint64_t ino);
+
+// What reading a process's maps for one file found.
+enum class MapsAnswer {
+  kMaps,
+  kDoesNotMap,
+  kUnreadable,  // not permitted, or gone
+  kTooLong,     // past the byte limit before a match: not judged now
+};
+
+// Reads maps text in chunks from `read` (bytes read, 0 at the end, negative
+// on error) and stops at the first line whose inode is `ino` and whose
+// address range ("start-end") `confirm` accepts, or once `max_bytes` were
+// read. A tenant decides how long its processes' maps are (65 530 mappings of
+// 4 KiB paths are about 270 MB of text): the daemon keeps at most a line's
+// first fields and reads no further than the limit.
+MapsAnswer scan_maps(const std::function<long(char*, std::size_t)>& read, std::uint64_t ino,
+                     std::size_t max_bytes,
+                     const std::function<bool(std::string_view range)>& confirm);
 
 struct VerifiedProcess {
   std::uint32_t host_pid = 0;
@@ -48,9 +70,7 @@ class AllocationProcesses {
     virtual ~Host() = default;
     virtual const HostPidTable& table() = 0;  // scanned at most once per pass, on first use
     virtual std::optional<shm::ProcStat> stat(std::uint32_t host_pid) = 0;
-    // nullopt when the maps cannot be read (not permitted, gone).
-    virtual std::optional<bool> maps_file(std::uint32_t host_pid, std::uint64_t dev,
-                                          std::uint64_t ino) = 0;
+    virtual MapsAnswer maps_file(std::uint32_t host_pid, std::uint64_t dev, std::uint64_t ino) = 0;
   };
 
   // Judges every active slot of `usage` (whose file is `dev`/`ino`): verified
@@ -64,10 +84,25 @@ class AllocationProcesses {
   std::map<unsigned, SlotVerdict> refresh(shm::UsageRegion& usage, std::uint64_t dev,
                                           std::uint64_t ino, Host& host, std::uint64_t now_ns);
   static constexpr std::uint64_t kRetryNs = 1'000'000'000;
+  // New identities judged against the host's processes (each may scan /proc
+  // and read maps): at most kJudgementBurst at once and kJudgementsPerSecond
+  // after that, per allocation. A slot found dead is reclaimed at once and a
+  // tenant can forge it again, with a new identity, every pass; past the
+  // budget its slots wait unjudged (kUnverified) for the next pass with one.
+  // A real allocation starting more processes than the burst has the rest
+  // verified within a second or so.
+  static constexpr double kJudgementsPerSecond = 16;
+  static constexpr double kJudgementBurst = 32;
 
   unsigned live() const { return static_cast<unsigned>(verified_.size()); }
   const std::map<unsigned, VerifiedProcess>& verified() const { return verified_; }
   void forget(unsigned slot) { verified_.erase(slot); }
+  // Forgets every record (the usage region is gone), not the judgement budget:
+  // a tenant that damages and restores its region gets no new one by it.
+  void reset() {
+    verified_.clear();
+    pending_.clear();
+  }
 
  private:
   std::map<unsigned, VerifiedProcess> verified_;
@@ -77,6 +112,9 @@ class AllocationProcesses {
   };
   std::map<unsigned, Pending> pending_;  // judged kUnverified, not to be retried before retry_ns
   bool warned_unreadable_ = false;
+  double judgements_ = kJudgementBurst;  // the budget's tokens
+  std::uint64_t judged_ns_ = 0;          // when they were last counted
+  bool take_judgement(std::uint64_t now_ns);
 };
 
 // The machine's /proc, for AllocationProcesses.
@@ -85,13 +123,21 @@ class ProcHost : public AllocationProcesses::Host {
   explicit ProcHost(std::string proc_root) : proc_root_(std::move(proc_root)) {}
   const HostPidTable& table() override;
   std::optional<shm::ProcStat> stat(std::uint32_t host_pid) override;
-  std::optional<bool> maps_file(std::uint32_t host_pid, std::uint64_t dev,
-                                std::uint64_t ino) override;
+  MapsAnswer maps_file(std::uint32_t host_pid, std::uint64_t dev, std::uint64_t ino) override;
   bool scanned() const { return table_.has_value(); }
+
+  // The most maps text read for one process (a CUDA program's are a few
+  // hundred KiB to a few MiB): past it the slot is left unjudged, retried
+  // after AllocationProcesses::kRetryNs. With the judgement budget, a tenant
+  // makes the daemon read at most this much per judgement.
+  static constexpr std::size_t kMaxMapsBytes = 8u << 20;
 
  private:
   std::string proc_root_;
   std::optional<HostPidTable> table_;
+  // Answers of this pass, by host PID and file: a tenant can give all of its
+  // slots one identity, and each would read the same maps again.
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>, MapsAnswer> answers_;
 };
 
 }  // namespace cushare::sched

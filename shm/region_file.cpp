@@ -39,6 +39,13 @@ class Fd {
   Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -57,20 +64,43 @@ const char* file_type(mode_t mode) {
   return "not a regular file";
 }
 
-// Opens an existing region file: never through a symbolic link (ELOOP), never
-// blocking (a FIFO opens at once and is refused below), close-on-exec.
+// Opens an existing region file: never through a symbolic link, never
+// blocking, close-on-exec, and never a file that is not a regular one, not
+// even for a moment: the path is first opened as a path only (O_PATH opens
+// nothing: no device driver's open runs, no FIFO waits), its type checked
+// there, and only a regular file is then opened through that descriptor
+// (/proc/self/fd), so a tenant that swaps its usage file for a device node
+// in between gets nothing opened but what was checked.
 Fd open_existing(const std::string& path, Access access, struct stat& sb) {
-  const int flags = (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK |
-                    O_CLOEXEC | O_NOCTTY;
-  Fd fd(::open(path.c_str(), flags));
-  if (fd.get() < 0) {
+  Fd at(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (at.get() < 0) {
     const int err = errno;
     if (err == ENOENT) throw RegionError(RegionErrorCode::kMissing, path, "no such file");
-    if (err == ELOOP)
-      throw RegionError(RegionErrorCode::kNotRegular, path,
-                        "is a symbolic link; region files are never followed");
-    if (err == EISDIR) throw RegionError(RegionErrorCode::kNotRegular, path, "is a folder");
     throw_errno(RegionErrorCode::kIo, path, "cannot open", err);
+  }
+  if (::fstat(at.get(), &sb) != 0) throw_errno(RegionErrorCode::kIo, path, "cannot stat", errno);
+  if (S_ISLNK(sb.st_mode))
+    throw RegionError(RegionErrorCode::kNotRegular, path,
+                      "is a symbolic link; region files are never followed");
+  if (S_ISDIR(sb.st_mode)) throw RegionError(RegionErrorCode::kNotRegular, path, "is a folder");
+  if (!S_ISREG(sb.st_mode))
+    throw RegionError(RegionErrorCode::kNotRegular, path,
+                      std::string("is ") + file_type(sb.st_mode) + ", not a regular file");
+  const int flags =
+      (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  const std::string self = "/proc/self/fd/" + std::to_string(at.get());
+  Fd fd(::open(self.c_str(), flags));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err != ENOENT) throw_errno(RegionErrorCode::kIo, path, "cannot open", err);
+    // No /proc here: the path again, whose type is then checked on what was
+    // opened (a device swapped in between would have been opened).
+    fd = Fd(::open(path.c_str(), flags | O_NOFOLLOW));
+    if (fd.get() < 0) {
+      const int again = errno;
+      if (again == ENOENT) throw RegionError(RegionErrorCode::kMissing, path, "no such file");
+      throw_errno(RegionErrorCode::kIo, path, "cannot open", again);
+    }
   }
   if (::fstat(fd.get(), &sb) != 0) throw_errno(RegionErrorCode::kIo, path, "cannot stat", errno);
   if (!S_ISREG(sb.st_mode))

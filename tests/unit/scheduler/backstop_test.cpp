@@ -1,7 +1,13 @@
 // The daemon's defences against what tenants write: process verification, the
 // ledger check and the ground-truth policy (pure parts, fakes for /proc).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "scheduler/ground_truth.hpp"
@@ -32,13 +38,83 @@ TEST(MapsInode, FindsTheInodeWhateverTheDeviceColumnSays) {
   EXPECT_FALSE(maps_inode("7f-7f rw-s 0 00:2d 7 /tmp/4242\n", 4242));
 }
 
+// A tenant decides how long its processes' maps are: the reader keeps a
+// line's first fields only, stops at the first confirmed match, and reads no
+// further than its limit.
+TEST(ScanMaps, StopsAtTheFirstConfirmedMatchAndAtTheLimit) {
+  const std::string long_path(4096, 'x');
+  std::string text;
+  for (int i = 0; i < 1000; ++i)
+    text += "7f00aa000000-7f00aa001000 r--p 00000000 00:2d 4242 /" + long_path + "\n";
+  text += "7f00bb000000-7f00bb100000 rw-s 00000000 00:2d 4242 /var/run/cushare/usage\n";
+  std::size_t served = 0;
+  const auto reader = [&](std::string_view all) {
+    return [&served, all](char* buf, std::size_t size) mutable -> long {
+      const std::size_t n = std::min(size, all.size() - served);
+      std::copy_n(all.data() + served, n, buf);
+      served += n;
+      return static_cast<long>(n);
+    };
+  };
+  std::vector<std::string> asked;
+  const auto only_the_usage = [&](std::string_view range) {
+    asked.emplace_back(range);
+    return range == "7f00bb000000-7f00bb100000";
+  };
+  // Every line has the inode number; only the last one is the file itself.
+  EXPECT_EQ(scan_maps(reader(text), 4242, text.size() + 1, only_the_usage), MapsAnswer::kMaps);
+  EXPECT_EQ(asked.size(), 1001u);
+  EXPECT_EQ(asked.front(), "7f00aa000000-7f00aa001000");
+  // The same text past a limit of 1 MiB: not judged, and not read on.
+  served = 0;
+  EXPECT_EQ(scan_maps(reader(text), 4242, 1u << 20, only_the_usage), MapsAnswer::kTooLong);
+  EXPECT_LT(served, (1u << 20) + (64u << 10) + 1);
+  served = 0;
+  EXPECT_EQ(scan_maps(reader(text), 99, text.size() + 1, only_the_usage), MapsAnswer::kDoesNotMap);
+  const auto failing = [](char*, std::size_t) -> long { return -1; };
+  EXPECT_EQ(scan_maps(failing, 4242, 1024, only_the_usage), MapsAnswer::kUnreadable);
+  // A last line without its newline counts.
+  served = 0;
+  const std::string unterminated = "7f00bb000000-7f00bb100000 rw-s 0 00:2d 4242 /x";
+  EXPECT_EQ(scan_maps(reader(unterminated), 4242, 1024, only_the_usage), MapsAnswer::kMaps);
+}
+
+// On this machine's /proc: a file this process maps is found by its device
+// and inode, and the same inode number on another device is not (as root,
+// which reads map_files; otherwise the number alone decides).
+TEST(ProcHostMaps, MatchesTheMappedFileItselfAndRemembersTheAnswer) {
+  char path[] = "/tmp/cushare-maps-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  void* map = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  struct stat sb {};
+  ASSERT_EQ(fstat(fd, &sb), 0);
+  const auto dev = static_cast<std::uint64_t>(sb.st_dev);
+  const auto ino = static_cast<std::uint64_t>(sb.st_ino);
+  const auto self = static_cast<std::uint32_t>(getpid());
+  ProcHost host("/proc");
+  EXPECT_EQ(host.maps_file(self, dev, ino), MapsAnswer::kMaps);
+  EXPECT_EQ(host.maps_file(self, dev, ino + 1), MapsAnswer::kDoesNotMap);
+  if (geteuid() == 0) {
+    EXPECT_EQ(host.maps_file(self, dev + 1, ino), MapsAnswer::kDoesNotMap);
+  }
+  munmap(map, 4096);
+  // Within the pass the answer is remembered: the maps are not read again.
+  EXPECT_EQ(host.maps_file(self, dev, ino), MapsAnswer::kMaps);
+  EXPECT_EQ(ProcHost("/proc").maps_file(self, dev, ino), MapsAnswer::kDoesNotMap);
+  close(fd);
+  unlink(path);
+}
+
 // ---------------------------------------------------------- verification ----
 
 struct FakeHost : AllocationProcesses::Host {
   HostPidTable t;
   int scans = 0;
   std::map<std::uint32_t, shm::ProcStat> procs;
-  std::map<std::uint32_t, std::optional<bool>> maps;
+  std::map<std::uint32_t, MapsAnswer> maps;
   const HostPidTable& table() override {
     ++scans;
     return t;
@@ -48,16 +124,16 @@ struct FakeHost : AllocationProcesses::Host {
     if (it == procs.end()) return std::nullopt;
     return it->second;
   }
-  std::optional<bool> maps_file(std::uint32_t pid, std::uint64_t, std::uint64_t) override {
+  MapsAnswer maps_file(std::uint32_t pid, std::uint64_t, std::uint64_t) override {
     auto it = maps.find(pid);
-    return it == maps.end() ? std::optional<bool>(false) : it->second;
+    return it == maps.end() ? MapsAnswer::kDoesNotMap : it->second;
   }
   // A host process: pid `host` is `ns_pid` in namespace `ns`, started at `start`.
   void process(std::uint32_t host, std::uint64_t ns, std::uint32_t ns_pid, std::uint64_t start,
                bool maps_usage = true) {
     t.add({ns, ns_pid, start}, host);
     procs[host] = shm::ProcStat{'S', start};
-    maps[host] = maps_usage;
+    maps[host] = maps_usage ? MapsAnswer::kMaps : MapsAnswer::kDoesNotMap;
   }
 };
 
@@ -111,7 +187,7 @@ TEST_F(Verification, ASlotOfAVisibleNamespaceWithoutItsProcessIsDead) {
 }
 
 TEST_F(Verification, UnjudgedSlotsAreRetriedAtMostOncePerSecond) {
-  for (std::uint32_t pid = 1; pid <= 50; ++pid) slot(999, pid, 1);  // an unseen namespace
+  for (std::uint32_t pid = 1; pid <= 20; ++pid) slot(999, pid, 1);  // an unseen namespace
   procs_.refresh(*usage_, 1, 2, host_, 0);
   const int after_first = host_.scans;
   EXPECT_GE(after_first, 1);
@@ -119,6 +195,28 @@ TEST_F(Verification, UnjudgedSlotsAreRetriedAtMostOncePerSecond) {
   EXPECT_EQ(host_.scans, after_first);
   procs_.refresh(*usage_, 1, 2, host_, AllocationProcesses::kRetryNs + 1);
   EXPECT_GT(host_.scans, after_first);
+}
+
+// A slot found dead is reclaimed at once, and a tenant can forge it again
+// with a new identity at every pass (10 ms while it forges demand): new
+// identities are judged (each judgement may scan /proc and read maps) within
+// the allocation's budget, the rest wait for a later pass.
+TEST_F(Verification, NewIdentitiesAreJudgedWithinTheBudget) {
+  host_.process(5001, 77, 10, 1000);  // the namespace is visible
+  int dead = 0;
+  for (std::uint32_t pass = 0; pass < 200; ++pass) {  // 2 s of passes
+    for (std::uint32_t k = 0; k < 4; ++k) slot(77, 100'000 + pass * 4 + k, 1);
+    for (const auto& [index, verdict] : procs_.refresh(*usage_, 1, 2, host_, pass * 10 * kMs)) {
+      if (verdict != SlotVerdict::kDead) continue;
+      ++dead;
+      (void)shm::reclaim_slot(*usage_, index, shm::SlotState::kActive);
+    }
+  }
+  const double budget =
+      AllocationProcesses::kJudgementBurst + 1.99 * AllocationProcesses::kJudgementsPerSecond;
+  EXPECT_LE(dead, budget + 1);
+  EXPECT_GE(dead, budget - 2);
+  EXPECT_EQ(host_.scans, dead);  // every judgement here looked the identity up once
 }
 
 TEST_F(Verification, AVerifiedProcessIsDroppedWhenItDiesOrItsSlotChangesOwner) {

@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -200,6 +202,21 @@ TEST(ShmRegionFile, AFifoIsRefusedWithoutBlocking) {
     EXPECT_NE(std::string(e.what()).find("FIFO"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// A device node in place of a region file is refused without being opened:
+// a device's open can act (a watchdog's arms a reboot), and a tenant's root
+// may make one in its folder. The open of an unregistered device fails
+// (ENXIO), so an attempt would show as an I/O error, not a refusal.
+TEST(ShmRegionFile, ADeviceNodeIsRefusedWithoutBeingOpened) {
+  TempDir dir;
+  if (::mknod((dir / "usage").c_str(), S_IFCHR | 0666, makedev(4095, 0)) != 0)
+    GTEST_SKIP() << "cannot make a device node here: " << std::strerror(errno);
+  for (Access access : {Access::kReadOnly, Access::kReadWrite}) {
+    auto e = catch_region_error([&] { UsageMapping::open(dir / "usage", access); });
+    EXPECT_EQ(e.code(), RegionErrorCode::kNotRegular) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a device"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShmRegionFile, StillAtTellsAReplacedFileApart) {

@@ -87,7 +87,13 @@ std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& u
                                                              std::uint64_t dev, std::uint64_t ino,
                                                              Host& host, std::uint64_t now_ns) {
   std::map<unsigned, SlotVerdict> out;
-  for (unsigned i = 0; i < shm::kMaxSlots; ++i) {
+  // From the first slot the budget left unjudged last time: each is judged in
+  // turn, not the lowest indices again and again.
+  const unsigned from = judge_from_;
+  judge_from_ = 0;
+  bool short_of_budget = false;
+  for (unsigned k = 0; k < shm::kMaxSlots; ++k) {
+    const unsigned i = (from + k) % shm::kMaxSlots;
     auto& slot = usage.slots[i];
     if (shm::slot_state(slot) != shm::SlotState::kActive) {
       verified_.erase(i);
@@ -122,6 +128,8 @@ std::map<unsigned, SlotVerdict> AllocationProcesses::refresh(shm::UsageRegion& u
     }
     if (!take_judgement(now_ns)) {
       out[i] = SlotVerdict::kUnverified;  // judged at a later pass, when the budget allows
+      if (!short_of_budget) judge_from_ = i;
+      short_of_budget = true;
       continue;
     }
     const HostPidTable& table = host.table();
@@ -200,11 +208,16 @@ MapsAnswer ProcHost::maps_file(std::uint32_t host_pid, std::uint64_t dev, std::u
   };
   // The mapping itself, whatever the maps text says: its file's device and
   // inode as stat(2) gives them, the same as the daemon's stat of the usage
-  // file. Reading map_files needs CAP_SYS_ADMIN (the deployed daemon has it);
-  // without it the inode number alone decides, as before.
+  // file. Reading map_files needs CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE
+  // since Linux 5.9 (the deployed daemon has them); without, the inode number
+  // alone decides, as before. A tenant can map files of that number from
+  // other filesystems tens of thousands of times: past kMaxConfirms lines
+  // the process is not judged now.
+  unsigned confirms = 0;
   const auto confirm = [&](std::string_view range) {
+    if (++confirms > kMaxConfirms) return false;
     struct stat sb {};
-    if (::stat((dir + "/map_files/" + std::string(range)).c_str(), &sb) == 0)
+    if (::stat((dir + "/map_files/" + map_files_name(range)).c_str(), &sb) == 0)
       return static_cast<std::uint64_t>(sb.st_dev) == dev &&
              static_cast<std::uint64_t>(sb.st_ino) == ino;
     if (errno != EPERM && errno != EACCES) return false;  // the mapping is gone
@@ -212,13 +225,27 @@ MapsAnswer ProcHost::maps_file(std::uint32_t host_pid, std::uint64_t dev, std::u
     if (!warned.exchange(true))
       spdlog::warn(
           "cannot read /proc/{}/map_files: a process's mapping of its usage file is matched by "
-          "inode number only (run cushared with CAP_SYS_ADMIN to compare the file itself)",
+          "inode number only (run cushared with CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE on "
+          "Linux 5.9 and later, to compare the file itself)",
           host_pid);
     return true;
   };
-  const MapsAnswer answer = scan_maps(read_chunk, ino, kMaxMapsBytes, confirm);
+  MapsAnswer answer = scan_maps(read_chunk, ino, kMaxMapsBytes, confirm);
   ::close(fd);
+  if (answer == MapsAnswer::kDoesNotMap && confirms > kMaxConfirms) answer = MapsAnswer::kTooLong;
   return answers_[key] = answer;
+}
+
+std::string map_files_name(std::string_view range) {
+  // maps prints each address with at least 8 digits; map_files names them
+  // without leading zeros (and refuses names that have them).
+  const auto bare = [](std::string_view hex) {
+    const auto first = hex.find_first_not_of('0');
+    return first == std::string_view::npos ? std::string_view("0") : hex.substr(first);
+  };
+  const auto dash = range.find('-');
+  if (dash == std::string_view::npos) return std::string(range);
+  return std::string(bare(range.substr(0, dash))) + "-" + std::string(bare(range.substr(dash + 1)));
 }
 
 }  // namespace cushare::sched

@@ -32,6 +32,11 @@ namespace cushare::sched {
 // one): ProcHost confirms a match through /proc/<pid>/map_files.
 bool maps_inode(std::string_view maps_text, std::uint64_t ino);
 
+// The name in /proc/<pid>/map_files of a maps line's address range: the
+// same addresses without leading zeros ("00400000-00452000" is
+// "400000-452000").
+std::string map_files_name(std::string_view range);
+
 // What reading a process's maps for one file found.
 enum class MapsAnswer {
   kMaps,
@@ -114,6 +119,7 @@ class AllocationProcesses {
   bool warned_unreadable_ = false;
   double judgements_ = kJudgementBurst;  // the budget's tokens
   std::uint64_t judged_ns_ = 0;          // when they were last counted
+  unsigned judge_from_ = 0;              // the slot a pass starts judging at
   bool take_judgement(std::uint64_t now_ns);
 };
 
@@ -131,6 +137,9 @@ class ProcHost : public AllocationProcesses::Host {
   // after AllocationProcesses::kRetryNs. With the judgement budget, a tenant
   // makes the daemon read at most this much per judgement.
   static constexpr std::size_t kMaxMapsBytes = 8u << 20;
+  // The most lines with the usage file's inode number whose mapping is
+  // looked at (a stat each) in one process's maps.
+  static constexpr unsigned kMaxConfirms = 32;
 
  private:
   std::string proc_root_;

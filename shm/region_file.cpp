@@ -69,8 +69,8 @@ const char* file_type(mode_t mode) {
 // even for a moment: the path is first opened as a path only (O_PATH opens
 // nothing: no device driver's open runs, no FIFO waits), its type checked
 // there, and only a regular file is then opened through that descriptor
-// (/proc/self/fd), so a tenant that swaps its usage file for a device node
-// in between gets nothing opened but what was checked.
+// (/proc/thread-self/fd), so a tenant that swaps its usage file for a
+// device node in between gets nothing opened but what was checked.
 Fd open_existing(const std::string& path, Access access, struct stat& sb) {
   Fd at(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (at.get() < 0) {
@@ -88,13 +88,17 @@ Fd open_existing(const std::string& path, Access access, struct stat& sb) {
                       std::string("is ") + file_type(sb.st_mode) + ", not a regular file");
   const int flags =
       (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
-  const std::string self = "/proc/self/fd/" + std::to_string(at.get());
+  // The calling thread's own descriptor table (a thread may have unshared
+  // it from the process's).
+  const std::string self = "/proc/thread-self/fd/" + std::to_string(at.get());
   Fd fd(::open(self.c_str(), flags));
   if (fd.get() < 0) {
     const int err = errno;
-    if (err != ENOENT) throw_errno(RegionErrorCode::kIo, path, "cannot open", err);
-    // No /proc here: the path again, whose type is then checked on what was
-    // opened (a device swapped in between would have been opened).
+    if (err != ENOENT && err != EACCES && err != EPERM)
+      throw_errno(RegionErrorCode::kIo, path, "cannot open", err);
+    // No /proc here (or a policy that refuses it): the path again, checked
+    // below on what was opened (a device swapped in between would have been
+    // opened).
     fd = Fd(::open(path.c_str(), flags | O_NOFOLLOW));
     if (fd.get() < 0) {
       const int again = errno;
@@ -102,10 +106,15 @@ Fd open_existing(const std::string& path, Access access, struct stat& sb) {
       throw_errno(RegionErrorCode::kIo, path, "cannot open", again);
     }
   }
+  const dev_t checked_dev = sb.st_dev;
+  const ino_t checked_ino = sb.st_ino;
   if (::fstat(fd.get(), &sb) != 0) throw_errno(RegionErrorCode::kIo, path, "cannot stat", errno);
   if (!S_ISREG(sb.st_mode))
     throw RegionError(RegionErrorCode::kNotRegular, path,
                       std::string("is ") + file_type(sb.st_mode) + ", not a regular file");
+  if (sb.st_dev != checked_dev || sb.st_ino != checked_ino)
+    throw RegionError(RegionErrorCode::kNotRegular, path,
+                      "was replaced while it was opened; not used");
   return fd;
 }
 

@@ -74,6 +74,8 @@ void capture_began(CUstream stream) noexcept {
   for (unsigned i = 0; i < kMaxCaptures; ++i) {
     std::uintptr_t expected = 0;
     if (g_capturing[i].compare_exchange_strong(expected, key, std::memory_order_acq_rel)) {
+      // Bytes a late allocation of the entry's last capture left are not this one's.
+      g_captured_bytes[i].store(0, std::memory_order_relaxed);
       g_capture_ids[i].store(id, std::memory_order_release);
       return;
     }
@@ -82,19 +84,21 @@ void capture_began(CUstream stream) noexcept {
 }
 
 bool capture_add_alloc(CUstream stream, std::uint64_t bytes) noexcept {
-  const auto key = key_of(stream);
-  for (unsigned i = 0; key && i < kMaxCaptures; ++i) {
-    if (g_capturing[i].load(std::memory_order_acquire) == key) {
-      g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  // A stream that joined a capture (it waited on an event recorded in one):
-  // the allocation is a node of that capture's graph.
+  // The capture the driver says the stream is in, whether it began there or
+  // the stream joined it (waited on an event recorded in it); by the stream
+  // only where the driver cannot tell (an entry of a stream destroyed while it
+  // captured may have its handle, reused).
   const std::uint64_t id = capture_id_of(stream);
   for (unsigned i = 0; id && i < kMaxCaptures; ++i) {
     if (g_capture_ids[i].load(std::memory_order_acquire) == id &&
         g_capturing[i].load(std::memory_order_acquire) != 0) {
+      g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  const auto key = key_of(stream);
+  for (unsigned i = 0; !id && key && i < kMaxCaptures; ++i) {
+    if (g_capturing[i].load(std::memory_order_acquire) == key) {
       g_captured_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
       return true;
     }

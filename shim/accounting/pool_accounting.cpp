@@ -14,6 +14,8 @@
 // shim does not hook).
 #include "shim/accounting/pool_accounting.hpp"
 
+#include <atomic>
+
 #include "shim/accounting/capture_tracker.hpp"
 #include "shim/accounting/graph_accounting.hpp"
 #include "shim/accounting/memory_accounting.hpp"
@@ -101,10 +103,12 @@ CUresult pool_alloc(const AllocationState& st, CUdeviceptr* dptr, std::size_t by
       // Graph launches settle from now on, whether or not the capture that
       // holds the node is known (its bytes then are charged after a launch).
       graph_memory_expected();
-      if (!capture_add_alloc(stream, bytes))
+      static std::atomic<bool> said{false};
+      if (!capture_add_alloc(stream, bytes) && !said.exchange(true))
         log().warn(
-            "{} of {} bytes captured in a capture the shim does not know: charged once "
-            "a launch of its graph allocates it",
+            "{} of {} bytes captured in a capture the shim does not know (more than it tracks "
+            "at once): charged once a launch of its graph allocates it, as are later ones "
+            "(said once)",
             api, bytes);
     }
     return rc;

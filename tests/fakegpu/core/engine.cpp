@@ -360,11 +360,18 @@ uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t 
   return hint;
 }
 
-uint64_t drain_hint_ns(const SharedState& s, int32_t ctx, uint64_t now) {
+uint64_t drain_hint_ns(const SharedState& s, int32_t ctx, uint64_t now, const uint64_t* lane) {
   const ContextSlot& c = s.contexts[ctx];
   if (c.count == 0) return 0;
   const WorkItem& middle = item_at(c, c.count / 2);
-  return wait_hint_ns(s, ctx, middle.seq, now, &middle.lane);
+  uint64_t hint = wait_hint_ns(s, ctx, middle.seq, now, &middle.lane);
+  for (uint32_t i = c.count; lane && i-- > 0;) {
+    const WorkItem& newest = item_at(c, i);
+    if (newest.lane != *lane) continue;
+    hint = std::min(hint, wait_hint_ns(s, ctx, newest.seq, now, lane));
+    break;
+  }
+  return hint;
 }
 
 bool charge(SharedState& s, int32_t proc, uint32_t device, uint64_t bytes) {

@@ -48,13 +48,14 @@ bool lane_done_through(const SharedState& s, int32_t ctx, uint64_t lane, uint64_
 uint64_t wait_hint_ns(const SharedState& s, int32_t ctx, uint64_t seq, uint64_t now,
                       const uint64_t* lane = nullptr);
 
-// Lower bound on the time from `now` until a context's queue has drained to
-// half: the middle item's own stream's work through it. The context's other
-// streams run beside that stream, so all of the work ahead of the item (a
-// long kernel at the head on another stream, say) would be a bound too late:
-// a launch blocked on a full queue would sleep while the stream it launches
-// on ran dry.
-uint64_t drain_hint_ns(const SharedState& s, int32_t ctx, uint64_t now);
+// When a launch blocked on a full queue looks again: once the queue's middle
+// item can have ended (its own stream's work through it), or the launching
+// stream (`*lane`, where it has work queued) can have run dry, whichever is
+// sooner. The context's other streams run beside those, so all of the work
+// ahead of the item (a long kernel at the head on another stream, say) would
+// be a bound too late: the launch would sleep while its own stream ran dry.
+uint64_t drain_hint_ns(const SharedState& s, int32_t ctx, uint64_t now,
+                       const uint64_t* lane = nullptr);
 
 // Memory: charges `bytes` on `device` to process `proc`; false if the device
 // lacks the capacity (nothing is charged then).

@@ -231,7 +231,8 @@ CUresult submit(Stream* stream, ItemKind kind, uint64_t duration_ns, int32_t slo
       }
       // Queue full: like a full push buffer, block until it has drained to
       // half (waking per slot would cost a wake-up per kernel).
-      wake = lock.now() + clamp_sleep(drain_hint_ns(s, ctx->slot, lock.now()));
+      const uint64_t lane = lane_of(*stream).id;
+      wake = lock.now() + clamp_sleep(drain_hint_ns(s, ctx->slot, lock.now(), &lane));
     }
     sleep_until_ns(wake);
   }

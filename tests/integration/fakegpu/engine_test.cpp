@@ -409,6 +409,25 @@ TEST_F(EngineTest, AFullQueuesDrainHintIsALowerBoundBesideALongKernel) {
   EXPECT_EQ(empty, 0u);
 }
 
+// The same with one short kernel of the long kernel's stream in the middle of
+// the queue: the middle item ends after the long kernel, but the launching
+// stream (the short kernels') runs dry within 12.4 ms, and the launch looks
+// again by then.
+TEST_F(EngineTest, AFullQueuesDrainHintKeepsTheLaunchingStreamFed) {
+  int32_t a = context(0);
+  constexpr uint32_t kDepth = 64;
+  EXPECT_NE(enqueue(s(), a, ItemKind::kernel, 1000 * kMs, -1, 0, kDepth, kT0, kBlocking1), 0u);
+  for (int i = 0; i < 31; ++i) kernel(a, kMs / 10, kT0, kNonBlocking);
+  kernel(a, kMs / 10, kT0, kBlocking1);
+  for (int i = 0; i < 31; ++i) kernel(a, kMs / 10, kT0, kNonBlocking);
+  ASSERT_EQ(s().contexts[a].count, kDepth);
+  EXPECT_GT(drain_hint_ns(s(), a, kT0), 1000 * kMs);  // the middle item: behind the long one
+  const uint64_t hint = drain_hint_ns(s(), a, kT0, &kNonBlocking.id);
+  EXPECT_LE(hint, 62 * kMs / 10);  // the stream's own work, a lower bound of its 12.4 ms
+  advance_all(s(), kT0 + hint);
+  EXPECT_GT(s().contexts[a].count, 2u) << "the stream ran dry before the hint";
+}
+
 // A wait's part of the hint is what its record still waits for: nothing once
 // that completed, its stream's work where it is in the same context (a
 // joined batch's wait is not slept on for a made-up floor).

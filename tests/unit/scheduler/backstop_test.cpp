@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,13 @@ TEST(ScanMaps, StopsAtTheFirstConfirmedMatchAndAtTheLimit) {
   EXPECT_EQ(scan_maps(reader(unterminated), 4242, 1024, only_the_usage), MapsAnswer::kMaps);
 }
 
+TEST(MapFilesName, DropsTheLeadingZerosThatMapsPrints) {
+  EXPECT_EQ(map_files_name("00400000-00452000"), "400000-452000");
+  EXPECT_EQ(map_files_name("7f00aa000000-7f00aa100000"), "7f00aa000000-7f00aa100000");
+  EXPECT_EQ(map_files_name("00000000-00001000"), "0-1000");
+  EXPECT_EQ(map_files_name("garbage"), "garbage");
+}
+
 // On this machine's /proc: a file this process maps is found by its device
 // and inode, and the same inode number on another device is not (as root,
 // which reads map_files; otherwise the number alone decides).
@@ -124,7 +132,9 @@ struct FakeHost : AllocationProcesses::Host {
     if (it == procs.end()) return std::nullopt;
     return it->second;
   }
+  std::set<std::uint32_t> maps_read;  // the host PIDs whose maps were looked at
   MapsAnswer maps_file(std::uint32_t pid, std::uint64_t, std::uint64_t) override {
+    maps_read.insert(pid);
     auto it = maps.find(pid);
     return it == maps.end() ? MapsAnswer::kDoesNotMap : it->second;
   }
@@ -217,6 +227,19 @@ TEST_F(Verification, NewIdentitiesAreJudgedWithinTheBudget) {
   EXPECT_LE(dead, budget + 1);
   EXPECT_GE(dead, budget - 2);
   EXPECT_EQ(host_.scans, dead);  // every judgement here looked the identity up once
+}
+
+// More slots want judging than the budget allows (live processes that do
+// not map the file, each judged again every second): they take turns, and
+// every one is judged, not only the lowest indices.
+TEST_F(Verification, SlotsShortOfTheBudgetTakeTurns) {
+  for (std::uint32_t k = 0; k < 60; ++k) {
+    host_.process(7000 + k, 77, 10 + k, 1000, /*maps_usage=*/false);
+    slot(77, 10 + k, 1000);
+  }
+  for (std::uint64_t pass = 0; pass < 50; ++pass)
+    procs_.refresh(*usage_, 1, 2, host_, pass * 100 * kMs);
+  EXPECT_EQ(host_.maps_read.size(), 60u);
 }
 
 TEST_F(Verification, AVerifiedProcessIsDroppedWhenItDiesOrItsSlotChangesOwner) {
